@@ -1,0 +1,33 @@
+"""kagglekit: fast, unkillable PyTorch training in Kaggle notebooks.
+
+Submodules are imported on first use, so ``import kagglekit`` costs little more
+than ``import torch`` (torch_geometric, optuna, matplotlib and kaggle are heavy).
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_SUBMODULES = {"accel", "atomic", "budget", "checkpoint", "data", "datasets", "env", "gpus",
+               "models", "params", "plots", "precision", "progress", "rng", "run", "train"}
+_EXPORTS = {
+    "start": "run", "Run": "run",
+    "fit": "train", "supervised": "train", "EarlyStopping": "train", "FitResult": "train",
+    "CheckpointManager": "checkpoint", "make_loader": "data", "Budget": "budget",
+    "seed_everything": "env",
+}
+
+__all__ = sorted(_SUBMODULES | set(_EXPORTS) | {"__version__"})
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module 'kagglekit' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

@@ -1,0 +1,74 @@
+"""Wall-clock budgets: stop cleanly, with a checkpoint, before a deadline.
+
+A Kaggle GPU session is killed at about 12 hours and a killed session loses
+*all* its outputs, so on Kaggle the default deadline is the session limit minus
+a safety margin, counted from the kernel's start (not from the fit call).
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+KAGGLE_SESSION_S = 12 * 3600
+KAGGLE_MARGIN_S = 20 * 60  # time left to save outputs and render the notebook
+
+
+def process_start_time(pid: int | str = "self") -> float | None:
+    """Unix time at which ``pid`` started, read from /proc (None where unavailable)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22 of stat(5), counted after the command name
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def kernel_start_time() -> float:
+    """When this Kaggle session began: the container's first process, else this one."""
+    starts = [t for t in (process_start_time(1), process_start_time()) if t]
+    return min(starts) if starts else time.time()
+
+
+class Budget:
+    """A deadline on the wall clock.
+
+    Args:
+        seconds: length of the budget from now (None: no deadline).
+        deadline: an absolute unix time instead of ``seconds``.
+    """
+
+    def __init__(self, seconds: float | None = None, *, deadline: float | None = None):
+        if seconds is not None and deadline is not None:
+            raise ValueError("give either seconds or deadline, not both")
+        self.deadline = deadline if deadline is not None else (
+            time.time() + seconds if seconds is not None else None)
+
+    @classmethod
+    def for_kaggle(cls, session_s: float = KAGGLE_SESSION_S,
+                   margin_s: float = KAGGLE_MARGIN_S) -> "Budget":
+        return cls(deadline=kernel_start_time() + session_s - margin_s)
+
+    @classmethod
+    def resolve(cls, value) -> "Budget":
+        """``None`` -> the Kaggle default on Kaggle, unlimited elsewhere; a number ->
+        that many seconds from now; a Budget -> itself."""
+        if isinstance(value, Budget):
+            return value
+        if value is None:
+            from .env import where
+            return cls.for_kaggle() if where().on_kaggle else cls()
+        return cls(float(value))
+
+    def remaining(self) -> float:
+        return float("inf") if self.deadline is None else self.deadline - time.time()
+
+    def allows(self, seconds: float) -> bool:
+        """Is there time for ``seconds`` more of work before the deadline?"""
+        return self.remaining() > seconds
+
+    def __repr__(self) -> str:
+        left = self.remaining()
+        return "Budget(unlimited)" if left == float("inf") else f"Budget({left:.0f}s left)"

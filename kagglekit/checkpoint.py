@@ -1,0 +1,216 @@
+"""Step-numbered training checkpoints that survive kills and Kaggle's session limit.
+
+Layout of a checkpoint folder::
+
+    step-00001200.pt     torch.save of the full state (loads with weights_only=True)
+    step-00001200.json   sidecar: step, epoch, metrics, config, versions, sha256 of the .pt
+
+The sidecar is written after the payload, so a payload without a sidecar is an
+interrupted save and is ignored. A payload whose sha256 differs from its sidecar
+is corrupt: the previous checkpoint is used instead, with a warning naming both.
+The last ``keep_last`` checkpoints are kept, plus the best by ``monitor``.
+
+Discovery also searches the read-only input roots, where Kaggle mounts the output
+of the kernel's previous version: a run resumes across 12-hour sessions.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from . import atomic, env, rng
+
+_STEP_FILE = re.compile(r"^step-(\d{8,})\.json$")
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint was skipped (corrupt or unreadable) in favour of an older one."""
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The bare module under DDP / DataParallel / torch.compile wrappers."""
+    while True:
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+            model = model.module
+        else:
+            return model
+
+
+def snapshot(model, optimizer=None, scheduler=None, scaler=None, **extra) -> dict:
+    """Everything needed to continue training exactly where it stopped."""
+    state = {"model": unwrap(model).state_dict(), "rng": rng.capture(), **extra}
+    for key, obj in (("optimizer", optimizer), ("scheduler", scheduler), ("scaler", scaler)):
+        if obj is not None:
+            state[key] = obj.state_dict()
+    return state
+
+
+def restore(state: dict, model, optimizer=None, scheduler=None, scaler=None) -> None:
+    """Load ``state`` into the live objects, in place (and the RNGs)."""
+    unwrap(model).load_state_dict(state["model"])
+    for key, obj in (("optimizer", optimizer), ("scheduler", scheduler), ("scaler", scaler)):
+        if obj is not None and key in state:
+            obj.load_state_dict(state[key])
+    if "rng" in state:
+        rng.restore(state["rng"])
+
+
+@dataclass(frozen=True)
+class Found:
+    """A checkpoint on disk, described by its sidecar."""
+    path: Path
+    meta: dict
+
+    @property
+    def step(self) -> int:
+        return int(self.meta["step"])
+
+    @property
+    def sidecar(self) -> Path:
+        return self.path.with_suffix(".json")
+
+
+def _versions() -> dict:
+    from . import __version__
+    import platform
+    return {"torch": torch.__version__, "kagglekit": __version__, "python": platform.python_version()}
+
+
+def _scan(folder: Path) -> list[Found]:
+    found = []
+    if not folder.is_dir():
+        return found
+    for sidecar in folder.iterdir():
+        if not _STEP_FILE.match(sidecar.name):
+            continue
+        try:
+            meta = json.loads(sidecar.read_text())
+        except (OSError, ValueError):
+            continue  # an unreadable sidecar is an unusable checkpoint
+        payload = sidecar.with_suffix(".pt")
+        if payload.exists():
+            found.append(Found(payload, meta))
+    return found
+
+
+def _better(a: float, b: float, mode: str) -> bool:
+    return a < b if mode == "min" else a > b
+
+
+class CheckpointManager:
+    """Saves, prunes and finds checkpoints of one training run.
+
+    Args:
+        directory: where this run writes (in the working dir).
+        search: extra read-only folders to look in when resuming (default: any
+            folder with the same relative name under the input roots).
+        keep_last: how many of the newest checkpoints to keep.
+        monitor / mode: sidecar metric that decides the best checkpoint, kept too.
+    """
+
+    def __init__(self, directory: Path | str, *, search: list[Path] | None = None,
+                 keep_last: int = 2, monitor: str | None = None, mode: str = "min"):
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode={mode!r} must be 'min' or 'max'")
+        self.directory = Path(directory)
+        self.search = search if search is not None else self._input_mirrors()
+        self.keep_last = max(1, keep_last)
+        self.monitor, self.mode = monitor, mode
+
+    def _input_mirrors(self) -> list[Path]:
+        # The previous version's output holds the same "checkpoints/<name>" path.
+        tail = Path(*self.directory.parts[-2:])
+        return [p for p in env.find_inputs(str(tail)) if p.is_dir()]
+
+    # ---- writing -------------------------------------------------------
+    def save(self, state: dict, *, step: int, epoch: int = 0, metrics: dict | None = None,
+             config: dict | None = None, final: bool = False) -> Path:
+        """Write ``state`` atomically, then its sidecar, then prune old ones."""
+        payload = self.directory / f"step-{step:08d}.pt"
+        with atomic.atomic_path(payload) as tmp:
+            torch.save(state, tmp)
+        meta = {"step": step, "epoch": epoch, "final": final, "metrics": metrics or {},
+                "config": config or {}, "versions": _versions(), "time": time.time(),
+                "sha256": atomic.sha256_file(payload), "file": payload.name}
+        atomic.write_json(payload.with_suffix(".json"), meta)
+        self._prune()
+        return payload
+
+    def _best(self, found: list[Found]) -> Found | None:
+        scored = [f for f in found if self.monitor and _finite(f.meta["metrics"].get(self.monitor))]
+        best = None
+        for f in scored:
+            if best is None or _better(f.meta["metrics"][self.monitor],
+                                       best.meta["metrics"][self.monitor], self.mode):
+                best = f
+        return best
+
+    def _prune(self) -> None:
+        found = sorted(_scan(self.directory), key=lambda f: f.step)
+        keep = {f.path for f in found[-self.keep_last:]}
+        best = self._best(found)
+        if best is not None:
+            keep.add(best.path)
+        for f in found:
+            if f.path not in keep:
+                f.sidecar.unlink(missing_ok=True)  # sidecar first: never a live orphan
+                f.path.unlink(missing_ok=True)
+        for leftover in self.directory.glob(".*.tmp"):
+            if atomic.is_temporary(leftover) and time.time() - leftover.stat().st_mtime > 3600:
+                leftover.unlink(missing_ok=True)
+
+    # ---- reading -------------------------------------------------------
+    def candidates(self) -> list[Found]:
+        """Every checkpoint found, newest first; the working dir wins ties."""
+        found = _scan(self.directory)
+        for folder in self.search:
+            found += _scan(folder)
+        order = {p: i for i, p in enumerate([self.directory, *self.search])}
+        return sorted(found, key=lambda f: (-f.step, order.get(f.path.parent, 99)))
+
+    def best(self) -> Found | None:
+        return self._best(self.candidates())
+
+    def load_latest(self, map_location="cpu") -> tuple[Found, dict] | None:
+        """The newest checkpoint that verifies and loads, or None.
+
+        A corrupt or unreadable one is skipped with a CheckpointWarning that names it
+        and the one used instead.
+        """
+        skipped = []
+        for found in self.candidates():
+            try:
+                state = load(found, map_location)
+            except Exception as err:  # noqa: BLE001 - whatever broke it, it is unusable
+                skipped.append((found.path, f"{type(err).__name__}: {str(err)[:160]}"))
+                continue
+            for path, err in skipped:
+                warnings.warn(f"checkpoint {path} is unusable ({err}); falling back to {found.path}",
+                              CheckpointWarning, stacklevel=2)
+            return found, state
+        for path, err in skipped:
+            warnings.warn(f"checkpoint {path} is unusable ({err}) and no older one exists; "
+                          "starting from scratch", CheckpointWarning, stacklevel=2)
+        return None
+
+
+def load(found: Found, map_location="cpu") -> dict:
+    """Verify the payload against its sidecar's sha256, then load it safely."""
+    digest = atomic.sha256_file(found.path)
+    if digest != found.meta.get("sha256"):
+        raise ValueError(f"sha256 mismatch (file {digest[:12]}..., sidecar "
+                         f"{str(found.meta.get('sha256'))[:12]}...): truncated or corrupted")
+    return torch.load(found.path, map_location=map_location, weights_only=True)
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)

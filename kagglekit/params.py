@@ -1,0 +1,116 @@
+"""Validation of notebook parameters.
+
+papermill injects any name it is given (``-p epcohs 3`` creates ``epcohs`` and
+leaves ``epochs`` at its default), so a typo would silently be ignored. The
+declared parameters are the assignments of the cell tagged ``parameters``; the
+injected ones are the cell papermill adds right after it, whose first line is
+``# Parameters``. Both are read back from IPython's input history.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+
+INJECTED_MARK = "# Parameters"
+
+
+class ParameterError(ValueError):
+    """A notebook parameter is unknown or has the wrong type."""
+
+
+def assignments(source: str) -> dict:
+    """``name -> literal value`` of the top-level assignments in ``source``.
+
+    Values that are not literals map to ``...`` (their type is not checked).
+    """
+    found = {}
+    for node in ast.parse(source).body:
+        targets, value = [], None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        for target in targets:
+            if isinstance(target, ast.Name):
+                try:
+                    found[target.id] = ast.literal_eval(value)
+                except ValueError:
+                    found[target.id] = ...
+    return found
+
+
+def _only_assignments(source: str) -> bool:
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return False
+    return bool(body) and all(isinstance(n, (ast.Assign, ast.AnnAssign)) for n in body)
+
+
+def from_history(history: list[str]) -> tuple[dict, dict]:
+    """(declared, injected) parameters from a notebook kernel's input history.
+
+    With an injected cell, the declared ones are in the cell just before it (where
+    papermill puts it). Without one (run by hand), they are in the latest cell made
+    only of assignments, which is what a parameters cell is.
+    """
+    for i, source in enumerate(history):
+        if source.lstrip().startswith(INJECTED_MARK) and i > 0:
+            return assignments(history[i - 1]), assignments(source)
+    for source in reversed(history):
+        if _only_assignments(source):
+            return assignments(source), {}
+    return {}, {}
+
+
+def _type_ok(default, value) -> bool:
+    if default is None or default is ...:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return type(default) is type(value)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    return isinstance(value, type(default))
+
+
+def check(declared: dict, injected: dict) -> None:
+    """Raise ParameterError naming every unknown or mistyped injected parameter."""
+    problems = []
+    for name, value in injected.items():
+        if name not in declared:
+            near = difflib.get_close_matches(name, declared, n=1)
+            hint = f"did you mean {near[0]!r}?" if near else f"known: {', '.join(sorted(declared))}"
+            problems.append(f"unknown parameter {name!r} ({hint})")
+        elif not _type_ok(declared[name], value):
+            problems.append(f"parameter {name!r} = {value!r} is a {type(value).__name__}, but its "
+                            f"default {declared[name]!r} is a {type(declared[name]).__name__}")
+    if problems:
+        raise ParameterError("; ".join(problems) + ". Fix the name or value given to papermill "
+                             "(-p NAME VALUE) or to `make run P=...`.")
+
+
+def validate(namespace: dict, declared: dict | None = None) -> dict:
+    """Check the injected parameters and return ``{name: value}`` of every declared one.
+
+    Args:
+        namespace: the notebook's ``globals()``.
+        declared: ``{name: default}``; by default read from the IPython history.
+    """
+    injected = {}
+    if declared is None:
+        declared, injected = from_history(list(namespace.get("In", [])) or _ipython_history())
+    check(declared, injected)
+    values = {name: namespace.get(name, default) for name, default in declared.items()}
+    for name, default in declared.items():  # an int given for a float parameter
+        if isinstance(default, float) and isinstance(values[name], int):
+            values[name] = namespace[name] = float(values[name])
+    return values
+
+
+def _ipython_history() -> list[str]:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return []
+    shell = get_ipython()
+    return list(shell.user_ns.get("In", [])) if shell is not None else []

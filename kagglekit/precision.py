@@ -1,0 +1,75 @@
+"""Which precision to train in, decided from the card's compute capability.
+
+- compute capability >= 8.0 (A100, L4, H100...): bf16 autocast, no scaler needed.
+- 7.x (T4, V100): fp16 autocast with a GradScaler. ``torch.cuda.is_bf16_supported()``
+  answers True on a T4 through emulation, which runs far slower than fp16, so
+  bf16 is refused there rather than trusted.
+- below 7.0 (P100): refused; current Kaggle images carry no kernels for it.
+- CPU: fp32 (bf16 autocast on CPU may be asked for explicitly).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+CHOICES = ("auto", "fp32", "fp16", "bf16")
+
+
+class PrecisionError(ValueError):
+    """The requested precision cannot run on this device."""
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str  # "fp32", "fp16" or "bf16"
+    device_type: str  # "cuda" or "cpu"
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.name)
+
+    @property
+    def needs_scaler(self) -> bool:
+        # fp16 has too little range for small gradients; bf16 has fp32's range.
+        return self.name == "fp16"
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+    def make_scaler(self) -> torch.amp.GradScaler:
+        """A GradScaler that is a no-op unless fp16 needs it."""
+        return torch.amp.GradScaler(self.device_type, enabled=self.needs_scaler)
+
+
+def choose(requested: str = "auto", capability: tuple[int, int] | None = None,
+           gpu_name: str = "") -> Precision:
+    """Resolve ``requested`` for a card of ``capability`` (None means CPU).
+
+    Raises PrecisionError with the reason and the fix when the card cannot do it.
+    """
+    if requested not in CHOICES:
+        raise PrecisionError(f"precision={requested!r} is not one of {CHOICES}")
+    if capability is None:
+        if requested == "fp16":
+            raise PrecisionError(
+                "precision='fp16' needs a CUDA GPU; on CPU use 'fp32' (or 'bf16' on a CPU "
+                "with bf16 support), or 'auto'.")
+        return Precision("bf16" if requested == "bf16" else "fp32", "cpu")
+
+    card = f"{gpu_name or 'this GPU'} (compute capability {capability[0]}.{capability[1]})"
+    if capability < (7, 0):
+        raise PrecisionError(
+            f"{card} is too old: current PyTorch builds on Kaggle carry no kernels below 7.0. "
+            "Choose the 'GPU T4 x2' accelerator (machine_shape NvidiaTeslaT4).")
+    if requested == "bf16" and capability < (8, 0):
+        raise PrecisionError(
+            f"precision='bf16' was asked for, but {card} has no bf16 tensor cores: "
+            "torch.cuda.is_bf16_supported() says True only through slow emulation. "
+            "Use precision='fp16' (or 'auto', which picks fp16 + GradScaler here).")
+    if requested == "auto":
+        return Precision("bf16" if capability >= (8, 0) else "fp16", "cuda")
+    return Precision(requested, "cuda")

@@ -1,0 +1,99 @@
+"""``start``: the first call of every notebook.
+
+It validates the parameters, prints the environment report, seeds everything,
+picks the output folder, and returns a ``Run`` that collects metrics.json and
+the plots of the run in that one folder.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import atomic, env, params
+from .checkpoint import CheckpointManager
+
+
+class DataDirError(FileNotFoundError):
+    """``data_dir`` does not exist or lacks the files a pipeline needs."""
+
+
+@dataclass
+class Run:
+    name: str
+    config: dict
+    output_dir: Path
+    env: env.EnvReport
+    seed: int = 0
+    metrics: dict = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+
+    @property
+    def precision(self):
+        return self.env.precision
+
+    @property
+    def device(self):
+        return env.device_for(self.env.gpus)
+
+    def checkpoints(self, name: str = "model", **kwargs) -> CheckpointManager:
+        """A CheckpointManager for ``<output>/checkpoints/<name>`` (also searching inputs)."""
+        return CheckpointManager(self.output_dir / "checkpoints" / name, **kwargs)
+
+    def data_dir(self, required: list[str] = ()) -> Path | None:
+        """The ``data_dir`` parameter as a Path, None when empty; missing files raise."""
+        value = self.config.get("data_dir") or ""
+        if not value:
+            return None
+        path = Path(value).expanduser()
+        if not path.is_dir():
+            raise DataDirError(f"data_dir={value!r} does not exist. Leave data_dir empty for the "
+                               "built-in data, or attach the dataset and give its folder.")
+        missing = [name for name in required if not any(path.rglob(name))]
+        if missing:
+            raise DataDirError(f"data_dir={value!r} lacks {', '.join(missing)}: this pipeline "
+                               f"needs {', '.join(required)} somewhere under it.")
+        return path
+
+    def log(self, **metrics) -> None:
+        """Add facts to metrics.json (written at once, atomically)."""
+        self.metrics.update(metrics)
+        self.save_metrics()
+
+    def save_metrics(self) -> Path:
+        path = self.output_dir / "metrics.json"
+        payload = {"notebook": self.name, "config": self.config, "env": self.env.as_dict(),
+                   "wall_seconds": round(time.time() - self.started, 3), **self.metrics}
+        atomic.write_json(path, payload)
+        return path
+
+    def savefig(self, fig, name: str) -> Path:
+        """Save a matplotlib figure as ``<output>/<name>.png`` and close it."""
+        import matplotlib.pyplot as plt
+        path = self.output_dir / f"{name}.png"
+        with atomic.atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        return path
+
+
+def start(namespace: dict, name: str, *, declared: dict | None = None,
+          verbose: bool = True) -> Run:
+    """Validate a notebook's parameters and set the run up.
+
+    Args:
+        namespace: the notebook's ``globals()``; parameters are read from it.
+        name: the notebook's name (its output folder locally is ``runs/<name>``).
+        declared: ``{name: default}`` when not running in a notebook.
+    """
+    config = params.validate(namespace, declared)
+    output = env.working_dir(name)
+    report = env.report(config.get("precision", "auto"), output, verbose=verbose)
+    seed = int(config.get("seed", 0))
+    env.seed_everything(seed)
+    run = Run(name=name, config=json.loads(json.dumps(config, default=str)), output_dir=output,
+              env=report, seed=seed)
+    run.data_dir()  # fail now, before any work, if the folder is missing
+    run.save_metrics()
+    return run

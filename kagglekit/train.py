@@ -1,0 +1,430 @@
+"""The fit loop: mixed precision, accumulation, checkpoints, budgets, resume.
+
+One function, ``fit``, with explicit keyword arguments. It reads top to bottom:
+resume -> for each epoch: position the loader, run optimizer steps, maybe save
+or stop -> close the epoch (evaluate, schedule, early-stop, save) -> final save.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from . import accel, data, precision as precision_mod
+from .budget import Budget
+from .checkpoint import CheckpointManager, restore, snapshot
+from .progress import bar as progress_bar
+
+LossFn = Callable[[torch.nn.Module, object], torch.Tensor]
+
+
+@dataclass
+class EarlyStopping:
+    """Stop when ``monitor`` has not improved by ``min_delta`` for ``patience`` epochs."""
+    monitor: str = "val_loss"
+    mode: str = "min"
+    patience: int = 5
+    min_delta: float = 0.0
+    best: float | None = None
+    bad_epochs: int = 0
+
+    def update(self, record: dict) -> bool:
+        value = record.get(self.monitor)
+        if value is None or not math.isfinite(value):
+            raise KeyError(f"early stopping monitors {self.monitor!r}, but the epoch record has "
+                           f"{sorted(record)}; pass monitor= one of those")
+        sign = 1 if self.mode == "min" else -1
+        if self.best is None or sign * (self.best - value) > self.min_delta:
+            self.best, self.bad_epochs = value, 0
+        else:
+            self.bad_epochs += 1
+        return self.bad_epochs >= self.patience
+
+    def state_dict(self) -> dict:
+        return {"best": self.best, "bad_epochs": self.bad_epochs}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best, self.bad_epochs = state["best"], state["bad_epochs"]
+
+
+@dataclass
+class LoopState:
+    """Where training stands; everything here goes into the checkpoint."""
+    step: int = 0
+    epoch: int = 0
+    batches_done: int = 0  # batches of ``epoch`` already trained on
+    loss_sum: float = 0.0  # running train loss of the epoch (sum of step means)
+    loss_steps: int = 0
+    history: list = field(default_factory=list)
+    # Not saved: set by hooks.
+    stop_requested: bool = False
+    save_requested: bool = False
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+
+    def request_checkpoint(self) -> None:
+        self.save_requested = True
+
+    def to_dict(self) -> dict:
+        loss = float(self.loss_sum)
+        return {"step": self.step, "epoch": self.epoch, "batches_done": self.batches_done,
+                "loss_sum": loss, "loss_steps": self.loss_steps, "history": self.history}
+
+
+@dataclass
+class FitResult:
+    history: list
+    steps: int
+    epochs: int
+    stopped: str  # completed | max_steps | time_budget | early_stopping | requested | already_complete
+    seconds: float
+    precision: str
+    compile: str
+    resumed_from: str | None = None
+    checkpoint: str | None = None
+    steps_this_session: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.stopped != "time_budget"
+
+    def summary(self) -> dict:
+        """Flat facts for metrics.json."""
+        last = self.history[-1] if self.history else {}
+        scores = {k: v for k, v in last.items()
+                  if isinstance(v, (int, float)) and k not in ("epoch", "step", "seconds")}
+        return {**scores, "steps": self.steps, "epochs": self.epochs, "stopped": self.stopped,
+                "seconds": round(self.seconds, 3), "precision": self.precision,
+                "compile": self.compile, "resumed_from": self.resumed_from,
+                "checkpoint": self.checkpoint, "steps_this_session": self.steps_this_session}
+
+
+def supervised(criterion: Callable) -> LossFn:
+    """``loss_fn`` for (inputs, targets) batches: ``criterion(model(x), y)``."""
+    def loss_fn(model, batch):
+        x, y = batch
+        return criterion(model(x), y)
+    return loss_fn
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _agree(flags: list[bool], device: torch.device) -> list[bool]:
+    """Each flag true on every rank if it is true on any (one all-reduce for all).
+
+    Ranks must take the same decision to stop or save, or a collective hangs.
+    """
+    if not _distributed():
+        return flags
+    t = torch.tensor([1.0 if f else 0.0 for f in flags], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [bool(v) for v in t.tolist()]
+
+
+def _default_device() -> torch.device:
+    from .gpus import inventory
+    if not inventory():
+        return torch.device("cpu")
+    local = int(__import__("os").environ.get("LOCAL_RANK", 0))
+    return torch.device(f"cuda:{local}")
+
+
+def resolve_precision(precision, device: torch.device) -> precision_mod.Precision:
+    if isinstance(precision, precision_mod.Precision):
+        return precision
+    if device.type != "cuda":
+        return precision_mod.choose(precision, None)
+    cap = torch.cuda.get_device_capability(device)
+    return precision_mod.choose(precision, cap, torch.cuda.get_device_name(device))
+
+
+def evaluate_loss(model, loader, loss_fn: LossFn, device, limit_batches=None) -> dict:
+    """Mean loss over ``loader`` (summed over every rank under DDP)."""
+    total = torch.zeros(2, dtype=torch.float64, device=device)
+    for i, batch in enumerate(loader):
+        if limit_batches is not None and i >= limit_batches:
+            break
+        batch = data.to_device(batch, device)
+        size = len(batch[0]) if isinstance(batch, (list, tuple)) else 1
+        total += torch.stack([loss_fn(model, batch).detach().double() * size,
+                              torch.tensor(float(size), dtype=torch.float64, device=device)])
+    if _distributed():
+        dist.all_reduce(total)
+    return {"val_loss": (total[0] / total[1].clamp(min=1)).item()}
+
+
+def _optimizer_step(model, batches, loss_fn, policy, scaler, optimizer, clip_grad_norm):
+    """Forward/backward over the micro-batches, then one optimizer step.
+
+    Under DDP the gradient all-reduce runs only on the last micro-batch; the others
+    accumulate locally inside ``no_sync``.
+    """
+    total = None
+    for i, batch in enumerate(batches):
+        last = i == len(batches) - 1
+        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+        with sync:
+            with policy.autocast():
+                loss = loss_fn(model, batch) / len(batches)
+            scaler.scale(loss).backward()
+        total = loss.detach() if total is None else total + loss.detach()
+    if clip_grad_norm is not None:
+        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return total.float()
+
+
+def _epoch_batches(loader, limit_batches) -> int:
+    n = len(loader)
+    return n if limit_batches is None else min(n, limit_batches)
+
+
+class _Run:
+    """The objects of one fit call, so each phase is a short method."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+        self.state = LoopState()
+        self.rank = dist.get_rank() if _distributed() else 0
+        self.resumed_from = None
+        self.last_checkpoint = None
+        self.step_s = 0.0  # moving average of one optimizer step
+        self.save_s = 0.0  # duration of the last save
+        self.last_save = time.monotonic()
+
+    # ---- checkpoints ---------------------------------------------------
+    def save(self, final: bool = False) -> None:
+        self.state.save_requested = False
+        self.last_save = time.monotonic()
+        if self.checkpoints is None or self.rank != 0:
+            return
+        started = time.monotonic()
+        extra = {"loop": self.state.to_dict()}
+        if self.early_stopping is not None:
+            extra["early_stopping"] = self.early_stopping.state_dict()
+        state = snapshot(self.model, self.optimizer, self.scheduler, self.scaler, **extra)
+        metrics = self.state.history[-1] if self.state.history else {}
+        path = self.checkpoints.save(state, step=self.state.step, epoch=self.state.epoch,
+                                     metrics=metrics, config=self.config, final=final)
+        self.last_checkpoint = str(path)
+        self.save_s = time.monotonic() - started
+
+    def resume(self) -> bool:
+        """Restore the newest usable checkpoint; True if it marks finished training."""
+        if self.checkpoints is None or not self.resume_enabled:
+            return False
+        found = self.checkpoints.load_latest(map_location=self.device)
+        if found is None:
+            return False
+        where, state = found
+        restore(state, self.model, self.optimizer, self.scheduler, self.scaler)
+        loop = state["loop"]
+        self.state = LoopState(step=loop["step"], epoch=loop["epoch"],
+                               batches_done=loop["batches_done"], loss_sum=loop["loss_sum"],
+                               loss_steps=loop["loss_steps"], history=list(loop["history"]))
+        if self.early_stopping is not None and "early_stopping" in state:
+            self.early_stopping.load_state_dict(state["early_stopping"])
+        self.resumed_from = str(where.path)
+        self.last_checkpoint = str(where.path)
+        if self.rank == 0:
+            print(f"kagglekit: resumed from {where.path} (step {self.state.step}, "
+                  f"epoch {self.state.epoch}, batch {self.state.batches_done})", flush=True)
+        return bool(where.meta.get("final"))
+
+    # ---- the loop ------------------------------------------------------
+    def should_stop_for_time(self) -> bool:
+        # Leave room for one more step and a save, each with a factor of safety.
+        return not self.budget.allows(2 * self.step_s + 2 * self.save_s)
+
+    def after_step(self) -> str | None:
+        """Hooks, then the decisions to stop or save; returns a stop reason or None."""
+        if self.on_step_end is not None:
+            self.on_step_end(self.state)
+        if self.max_steps is not None and self.state.step >= self.max_steps:
+            return "max_steps"
+        due = self.save_every_min is not None and \
+            time.monotonic() - self.last_save >= self.save_every_min * 60
+        out_of_time, stop, save = _agree(
+            [self.should_stop_for_time(), self.state.stop_requested,
+             due or self.state.save_requested], self.device)
+        if out_of_time:
+            return "time_budget"
+        if stop:
+            return "requested"
+        if save:
+            self.save()
+        return None
+
+    def train_epoch(self, per_epoch: int, bar) -> str | None:
+        st = self.state
+        skip = data.start_epoch(self.loader, st.epoch, st.batches_done)
+        self.model.train()
+        batches = iter(self.loader)
+        for _ in range(skip):  # a loader that cannot seek: fast-forward by reading
+            next(batches)
+        while st.batches_done < per_epoch:
+            group = min(self.accumulate, per_epoch - st.batches_done)
+            micro = [data.to_device(next(batches), self.device) for _ in range(group)]
+            started = time.monotonic()
+            loss = self.compiled.run(lambda m: _optimizer_step(
+                m, micro, self.loss_fn, self.policy, self.scaler, self.optimizer,
+                self.clip_grad_norm))
+            st.loss_sum = st.loss_sum + loss
+            st.loss_steps += 1
+            st.batches_done += group
+            st.step += 1
+            if self.scheduler is not None and self.scheduler_interval == "step":
+                self.scheduler.step()
+            elapsed = time.monotonic() - started
+            self.step_s = elapsed if self.step_s == 0 else 0.9 * self.step_s + 0.1 * elapsed
+            bar.update(1)
+            reason = self.after_step()
+            if reason is not None:
+                return reason
+        return None
+
+    def close_epoch(self, started: float) -> bool:
+        """Evaluate, record, schedule, maybe early-stop; True when training should stop."""
+        st = self.state
+        record = {"epoch": st.epoch, "step": st.step,
+                  "train_loss": float(st.loss_sum) / max(st.loss_steps, 1),
+                  "lr": self.optimizer.param_groups[0]["lr"],
+                  "seconds": round(time.monotonic() - started, 3)}
+        record.update(self.evaluate_epoch())
+        st.history.append(record)
+        if self.scheduler is not None and self.scheduler_interval == "epoch":
+            if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                self.scheduler.step(record[self.early_stopping.monitor if self.early_stopping
+                                           else "val_loss"])
+            else:
+                self.scheduler.step()
+        stop = self.early_stopping is not None and self.early_stopping.update(record)
+        if self.on_epoch_end is not None:
+            self.on_epoch_end(st)
+        st.epoch, st.batches_done, st.loss_sum, st.loss_steps = st.epoch + 1, 0, 0.0, 0
+        return stop
+
+    def evaluate_epoch(self) -> dict:
+        if self.evaluate is None and self.val_loader is None:
+            return {}
+        self.model.eval()
+        with torch.no_grad(), self.policy.autocast():
+            if self.evaluate is not None:
+                metrics = self.evaluate(self.model)
+            else:
+                metrics = evaluate_loss(self.model, self.val_loader, self.loss_fn, self.device,
+                                        self.limit_batches)
+        self.model.train()
+        return {k: float(v) for k, v in metrics.items()}
+
+
+def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, loss_fn: LossFn,
+        *, epochs: int = 1, val_loader=None, evaluate: Callable | None = None,
+        scheduler=None, scheduler_interval: str = "step", precision="auto", device=None,
+        accumulate: int = 1, clip_grad_norm: float | None = None, compile="off",
+        max_steps: int | None = None, limit_batches: int | None = None,
+        checkpoints: CheckpointManager | None = None, save_every_min: float | None = 20.0,
+        resume: bool = True, time_budget=None, early_stopping: EarlyStopping | None = None,
+        on_step_end: Callable | None = None, on_epoch_end: Callable | None = None,
+        progress: bool = True, config: dict | None = None) -> FitResult:
+    """Train ``model`` and return its history; resumable at any optimizer step.
+
+    Args:
+        loss_fn: ``loss_fn(model, batch) -> scalar loss``; the batch is already on the
+            device. ``supervised(criterion)`` builds one for (x, y) batches.
+        epochs: passes over ``train_loader`` (the ``make_loader`` sampler makes a
+            mid-epoch resume continue with the very next batch).
+        val_loader / evaluate: per-epoch validation; ``evaluate(model) -> dict`` wins,
+            else the mean loss over ``val_loader`` is recorded as ``val_loss``.
+        scheduler / scheduler_interval: any torch scheduler, stepped per "step" or "epoch".
+        precision: "auto" (per card: bf16 >= 8.0, fp16 + GradScaler on 7.x, fp32 on CPU),
+            "fp32", "fp16", "bf16", or a ``Precision``.
+        accumulate: micro-batches per optimizer step (no DDP sync between them).
+        clip_grad_norm: max global gradient norm (applied to unscaled gradients).
+        compile: "off", "auto" (torch.compile, eager on failure), "strict", or a dict
+            of torch.compile options (auto mode).
+        max_steps / limit_batches: cap optimizer steps in total / batches per epoch.
+        checkpoints: where to save and resume from; None disables both.
+        save_every_min: minutes between mid-epoch saves (0: after every step; None: only
+            at epoch ends). Saves also happen at epoch ends, on request, and at the end.
+        resume: continue from the newest usable checkpoint (working dir or inputs).
+        time_budget: seconds or a ``Budget``; None means the Kaggle session limit on
+            Kaggle, no limit elsewhere. The loop stops with a checkpoint before it.
+        on_step_end / on_epoch_end: ``hook(state: LoopState)``; may call
+            ``state.request_stop()`` or ``state.request_checkpoint()``.
+        config: stored in every checkpoint's sidecar.
+    """
+    if scheduler_interval not in ("step", "epoch"):
+        raise ValueError(f"scheduler_interval={scheduler_interval!r} must be 'step' or 'epoch'")
+    if accumulate < 1:
+        raise ValueError(f"accumulate={accumulate} must be >= 1")
+    started = time.monotonic()
+    device = torch.device(device) if device is not None else _default_device()
+    policy = resolve_precision(precision, device)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed shapes: let cuDNN pick its fastest kernels
+    model.to(device)
+    train_model = model
+    if _distributed() and not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        ids = [device.index] if device.type == "cuda" else None
+        train_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    run = _Run(model=train_model, optimizer=optimizer, loader=train_loader, loss_fn=loss_fn,
+               val_loader=val_loader, evaluate=evaluate, scheduler=scheduler,
+               scheduler_interval=scheduler_interval, policy=policy, device=device,
+               accumulate=accumulate, clip_grad_norm=clip_grad_norm,
+               compiled=accel.Compiled(train_model, compile), scaler=policy.make_scaler(),
+               max_steps=max_steps, limit_batches=limit_batches, checkpoints=checkpoints,
+               save_every_min=save_every_min, resume_enabled=resume,
+               budget=Budget.resolve(time_budget), early_stopping=early_stopping,
+               on_step_end=on_step_end, on_epoch_end=on_epoch_end, config=config or {})
+    finished = run.resume()
+    start_step = run.state.step
+    stopped = "already_complete" if finished else _loop(run, epochs, progress)
+    return FitResult(history=run.state.history, steps=run.state.step, epochs=run.state.epoch,
+                     stopped=stopped, seconds=time.monotonic() - started, precision=policy.name,
+                     compile=run.compiled.status, resumed_from=run.resumed_from,
+                     checkpoint=run.last_checkpoint, steps_this_session=run.state.step - start_step)
+
+
+def _loop(run: _Run, epochs: int, progress: bool) -> str:
+    per_epoch = _epoch_batches(run.loader, run.limit_batches)
+    total = epochs * math.ceil(per_epoch / run.accumulate)
+    if run.max_steps is not None:
+        total = min(total, run.max_steps)
+    bar = progress_bar(total, "train", enabled=progress and run.rank == 0)
+    bar.update(run.state.step)
+    stopped = None
+    try:
+        while run.state.epoch < epochs and stopped is None:
+            epoch_started = time.monotonic()
+            stopped = run.train_epoch(per_epoch, bar)
+            if stopped == "time_budget":
+                break  # no time to evaluate; the next session closes this epoch
+            if run.state.batches_done >= per_epoch:
+                if run.close_epoch(epoch_started):
+                    stopped = "early_stopping"
+                if run.state.history:
+                    bar.set_postfix_str(_postfix(run.state.history[-1]))
+                if stopped is None and run.state.epoch < epochs:
+                    run.save()
+    finally:
+        bar.close()
+    stopped = stopped or "completed"
+    run.save(final=stopped != "time_budget")
+    return stopped
+
+
+def _postfix(record: dict) -> str:
+    keys = [k for k in record if k not in ("epoch", "step", "lr", "seconds")]
+    return " ".join(f"{k}={record[k]:.4g}" for k in keys if isinstance(record[k], float))

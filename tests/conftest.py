@@ -1,0 +1,34 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def hermetic_env(monkeypatch, tmp_path):
+    """No test sees the developer's Kaggle credentials, a real /kaggle, or a GPU override."""
+    for name in list(os.environ):
+        if name.startswith(("KAGGLE_", "KAGGLEKIT_")) or name.lower() in ("http_proxy", "https_proxy"):
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    yield
+
+
+@pytest.fixture
+def kaggle_tree(tmp_path, monkeypatch):
+    """A simulated Kaggle kernel: <root>/input (read-only inputs) and <root>/working."""
+    root = tmp_path / "kaggle"
+    (root / "input").mkdir(parents=True)
+    (root / "working").mkdir()
+    monkeypatch.setenv("KAGGLEKIT_ROOT", str(root))
+    return root
+
+
+def run_python(args, **kwargs):
+    import subprocess
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAGGLE")}
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
+                          **kwargs)

@@ -1,0 +1,133 @@
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from kagglekit.checkpoint import CheckpointManager, CheckpointWarning, restore, snapshot
+
+JOBS = Path(__file__).parent / "jobs"
+
+
+def _state(value: float) -> dict:
+    return {"model": {"w": torch.full((8,), value)}, "loop": {"step": int(value)}}
+
+
+def test_save_then_load_latest_returns_the_newest_state(tmp_path):
+    m = CheckpointManager(tmp_path, search=[])
+    for step in (1, 2, 3):
+        m.save(_state(step), step=step, metrics={"val_loss": 1.0 / step}, config={"lr": 0.1})
+    found, state = m.load_latest()
+    assert found.step == 3 and torch.equal(state["model"]["w"], torch.full((8,), 3.0))
+    meta = json.loads(found.sidecar.read_text())
+    assert meta["config"] == {"lr": 0.1} and len(meta["sha256"]) == 64
+    assert meta["versions"]["torch"] == torch.__version__
+
+
+def test_keeps_last_k_plus_the_best(tmp_path):
+    m = CheckpointManager(tmp_path, keep_last=2, monitor="val_loss", search=[])
+    for step, loss in [(1, 0.9), (2, 0.1), (3, 0.5), (4, 0.7), (5, 0.6)]:
+        m.save(_state(step), step=step, metrics={"val_loss": loss})
+    assert sorted(p.name for p in tmp_path.glob("*.pt")) == [
+        "step-00000002.pt", "step-00000004.pt", "step-00000005.pt"]
+    assert m.best().step == 2
+
+
+def test_corrupted_latest_falls_back_to_previous_and_names_both(tmp_path):
+    m = CheckpointManager(tmp_path, keep_last=3, search=[])
+    for step in (1, 2):
+        m.save(_state(step), step=step)
+    latest = tmp_path / "step-00000002.pt"
+    blob = bytearray(latest.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF  # one flipped byte: still a zip, but wrong
+    latest.write_bytes(bytes(blob))
+    with pytest.warns(CheckpointWarning) as caught:
+        found, state = m.load_latest()
+    assert found.step == 1 and state["loop"]["step"] == 1
+    text = str(caught[0].message)
+    assert "step-00000002.pt" in text and "step-00000001.pt" in text and "sha256" in text
+
+
+def test_truncated_latest_falls_back(tmp_path):
+    m = CheckpointManager(tmp_path, keep_last=3, search=[])
+    for step in (1, 2):
+        m.save(_state(step), step=step)
+    latest = tmp_path / "step-00000002.pt"
+    latest.write_bytes(latest.read_bytes()[:100])
+    with pytest.warns(CheckpointWarning, match="falling back"):
+        assert m.load_latest()[0].step == 1
+
+
+def test_payload_without_sidecar_is_an_interrupted_save_and_ignored(tmp_path):
+    m = CheckpointManager(tmp_path, search=[])
+    m.save(_state(1), step=1)
+    torch.save(_state(2), tmp_path / "step-00000002.pt")  # killed before its sidecar
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert m.load_latest()[0].step == 1
+
+
+def test_loading_refuses_code_execution(tmp_path):
+    m = CheckpointManager(tmp_path, search=[])
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo owned",))
+
+    path = tmp_path / "step-00000001.pt"
+    torch.save({"model": Evil()}, path)
+    from kagglekit import atomic
+    atomic.write_json(path.with_suffix(".json"),
+                      {"step": 1, "sha256": atomic.sha256_file(path)})
+    with pytest.warns(CheckpointWarning, match="Weights only load failed"):
+        assert m.load_latest() is None
+
+
+def test_latest_state_is_found_in_attached_inputs(tmp_path):
+    previous = tmp_path / "input" / "notebooks" / "me" / "kernel" / "checkpoints" / "m"
+    CheckpointManager(previous, search=[]).save(_state(5), step=5)
+    m = CheckpointManager(tmp_path / "working" / "checkpoints" / "m", search=[previous])
+    found, state = m.load_latest()
+    assert found.path.parent == previous and state["loop"]["step"] == 5
+
+
+def test_snapshot_restore_round_trip_includes_optimizer_and_rng():
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    state = snapshot(model, opt)
+    expected = torch.rand(3)
+    model2 = torch.nn.Linear(4, 2)
+    opt2 = torch.optim.Adam(model2.parameters())
+    restore(state, model2, opt2)
+    assert torch.equal(torch.rand(3), expected)
+    assert torch.equal(model2.weight, model.weight)
+    assert opt2.state_dict()["state"][0]["step"] == 1
+
+
+@pytest.mark.slow
+def test_sigkill_during_a_write_leaves_the_previous_checkpoint_loadable(tmp_path):
+    rng = random.Random(0)
+    for attempt in range(4):
+        proc = subprocess.Popen([sys.executable, str(JOBS / "save_loop.py"), str(tmp_path)],
+                                stdout=subprocess.PIPE, text=True)
+        lines = 0
+        while lines < 2:
+            if proc.stdout.readline().startswith("saved"):
+                lines += 1
+        time.sleep(rng.uniform(0.0, 0.15))  # writes dominate the loop: most kills land mid-write
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a torn file must never even be tried
+            found, state = CheckpointManager(tmp_path, search=[]).load_latest()
+        assert torch.equal(state["model"]["w"], torch.full((4_000_000,), float(found.step)))

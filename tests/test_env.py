@@ -1,0 +1,50 @@
+from pathlib import Path
+
+from kagglekit import env, gpus
+
+
+def test_local_run_writes_under_runs(tmp_path):
+    here = env.where()
+    assert not here.on_kaggle and here.run_type == "local"
+    assert env.working_dir("demo") == (tmp_path / "runs" / "demo").resolve()
+
+
+def test_kaggle_is_detected_by_run_type_not_by_credentials(monkeypatch):
+    monkeypatch.setenv("KAGGLE_USERNAME", "someone")  # developers have this locally
+    assert not env.where().on_kaggle
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Batch")
+    here = env.where()
+    assert here.on_kaggle and here.run_type == "Batch" and here.root == Path("/kaggle")
+
+
+def test_simulated_kaggle_tree_gives_working_and_searchable_inputs(kaggle_tree):
+    nested = kaggle_tree / "input" / "notebooks" / "me" / "my-kernel" / "checkpoints" / "m"
+    nested.mkdir(parents=True)
+    flat = kaggle_tree / "input" / "old-style-dataset"
+    flat.mkdir()
+    (flat / "train.csv").write_text("x\n")
+    assert env.working_dir("demo") == (kaggle_tree / "working").resolve()
+    assert env.find_inputs("checkpoints/m") == [nested]
+    assert env.find_inputs("train.csv") == [flat / "train.csv"]
+
+
+def test_cuda_visible_devices_is_applied_like_cuda_does():
+    all_gpus = [gpus.GPU(i, "Tesla T4", 15.0, (7, 5), f"GPU-{i}aaaa") for i in range(2)]
+    assert [g.uuid for g in gpus._visible(all_gpus, "1")] == ["GPU-1aaaa"]
+    assert [g.index for g in gpus._visible(all_gpus, "1,0")] == [0, 1]
+    assert gpus._visible(all_gpus, "") == []
+    assert [g.uuid for g in gpus._visible(all_gpus, "GPU-0")] == ["GPU-0aaaa"]
+
+
+def test_without_nvml_there_are_no_gpus():
+    assert gpus.inventory() == [] or all(g.capability for g in gpus.inventory())
+
+
+def test_seeding_repeats_every_generator():
+    import random
+    import numpy as np
+    import torch
+    env.seed_everything(3)
+    first = (random.random(), np.random.rand(), torch.rand(1).item())
+    env.seed_everything(3)
+    assert first == (random.random(), np.random.rand(), torch.rand(1).item())

@@ -1,0 +1,57 @@
+import pytest
+import torch
+
+from kagglekit import env, precision
+from kagglekit.precision import PrecisionError
+
+
+def test_ampere_and_newer_get_bf16_without_scaler():
+    p = precision.choose("auto", (8, 0), "NVIDIA A100")
+    assert (p.name, p.dtype, p.needs_scaler) == ("bf16", torch.bfloat16, False)
+
+
+def test_t4_gets_fp16_with_grad_scaler():
+    p = precision.choose("auto", (7, 5), "Tesla T4")
+    assert (p.name, p.dtype, p.needs_scaler) == ("fp16", torch.float16, True)
+
+
+def test_bf16_on_t4_is_refused_even_though_torch_emulates_it():
+    with pytest.raises(PrecisionError, match=r"Tesla T4.*7\.5.*emulation.*fp16"):
+        precision.choose("bf16", (7, 5), "Tesla T4")
+
+
+def test_p100_is_refused_with_the_fix():
+    with pytest.raises(PrecisionError, match=r"6\.0.*T4 x2"):
+        precision.choose("auto", (6, 0), "Tesla P100-PCIE-16GB")
+
+
+def test_cpu_trains_in_fp32_and_refuses_fp16():
+    assert precision.choose("auto", None).name == "fp32"
+    assert precision.choose("bf16", None).name == "bf16"
+    with pytest.raises(PrecisionError, match="needs a CUDA GPU"):
+        precision.choose("fp16", None)
+
+
+def test_explicit_choices_on_a_modern_card_and_typos():
+    assert precision.choose("fp16", (9, 0)).needs_scaler
+    assert precision.choose("fp32", (9, 0)).dtype is None
+    with pytest.raises(PrecisionError, match="'fp61'"):
+        precision.choose("fp61", (9, 0))
+
+
+def test_scaler_is_enabled_only_for_fp16():
+    assert not precision.choose("auto", None).make_scaler().is_enabled()
+
+
+def test_report_on_simulated_t4x2_picks_fp16_without_touching_cuda(monkeypatch):
+    monkeypatch.setenv("KAGGLEKIT_FAKE_GPUS", "Tesla T4:7.5:15,Tesla T4:7.5:15")
+    report = env.report(verbose=False)
+    assert report.precision.name == "fp16"
+    assert [g["name"] for g in report.as_dict()["gpus"]] == ["Tesla T4", "Tesla T4"]
+    assert not torch.cuda.is_initialized()  # a fork-based launch must stay possible
+
+
+def test_report_refuses_bf16_on_simulated_t4(monkeypatch):
+    monkeypatch.setenv("KAGGLEKIT_FAKE_GPUS", "Tesla T4:7.5:15")
+    with pytest.raises(PrecisionError, match="bf16"):
+        env.report("bf16", verbose=False)

@@ -1,0 +1,78 @@
+"""Resume exactness: a run killed with SIGKILL and resumed ends bitwise equal to
+an uninterrupted run with the same seed."""
+import random
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+JOB = Path(__file__).parent / "jobs" / "resume_job.py"
+pytestmark = pytest.mark.slow
+
+
+def _run(ckpt, out, *extra, env=None):
+    import os
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.run([sys.executable, str(JOB), "--ckpt", str(ckpt), "--out", str(out), *extra],
+                          capture_output=True, text=True, env=full_env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return torch.load(out, weights_only=True), proc.stdout
+
+
+def _kill_at(ckpt, step, *extra):
+    proc = subprocess.Popen([sys.executable, str(JOB), "--ckpt", str(ckpt), "--out", "/dev/null",
+                             *extra], stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.strip() == f"step {step}":
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait()
+    proc.stdout.close()
+    assert proc.returncode == -signal.SIGKILL, "the job finished before it could be killed"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    d = tmp_path_factory.mktemp("reference")
+    result, _ = _run(d / "ckpt", d / "out.pt")
+    assert result["resumed_from"] is None and result["stopped"] == "completed"
+    return result
+
+
+def _assert_same_weights(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"{k} differs after resume"
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_sigkill_at_a_random_step_then_resume_is_bitwise_equal(tmp_path, reference, workers):
+    # 24 optimizer steps, 8 per epoch: a random step is usually mid-epoch.
+    step = random.Random(workers).choice([s for s in range(2, 23) if s % 8])
+    _kill_at(tmp_path / "ckpt", step, "--workers", str(workers))
+    resumed, out = _run(tmp_path / "ckpt", tmp_path / "out.pt", "--workers", str(workers))
+    assert resumed["resumed_from"] is not None, "it started over instead of resuming"
+    first = next(int(line.split()[1]) for line in out.splitlines() if line.startswith("step "))
+    # Every step is checkpointed after its hook printed it: at most step `step` is redone.
+    assert first >= step, f"resumed at step {first}, but step {step} was already saved"
+    _assert_same_weights(resumed["model"], reference["model"])
+    assert [h["val_loss"] for h in resumed["history"]] == [h["val_loss"] for h in reference["history"]]
+
+
+def test_resume_from_a_state_found_only_in_an_attached_input(tmp_path, reference):
+    """Kernel version 1 is killed; version 2 sees v1's output read-only under input/."""
+    v1 = tmp_path / "v1" / "working"
+    _kill_at(v1 / "checkpoints" / "job", 13)
+    root = tmp_path / "v2"
+    shutil.copytree(v1, root / "input" / "notebooks" / "me" / "job-kernel")
+    (root / "working").mkdir()
+    resumed, out = _run(root / "working" / "checkpoints" / "job", tmp_path / "out.pt",
+                        env={"KAGGLEKIT_ROOT": str(root)})
+    assert "/input/notebooks/me/job-kernel/checkpoints/job/" in resumed["resumed_from"]
+    _assert_same_weights(resumed["model"], reference["model"])
+    # The new version writes its own checkpoints; the input stays untouched.
+    assert list((root / "working" / "checkpoints" / "job").glob("step-*.pt"))
