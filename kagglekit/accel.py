@@ -18,10 +18,10 @@ class Compiled:
     mode), prints one line with the reason, and from then on runs eagerly.
     """
 
-    def __init__(self, model: torch.nn.Module, mode="off"):
-        options = {}
+    def __init__(self, model: torch.nn.Module, mode="off", options: dict | None = None):
+        options = dict(options or {})
         if isinstance(mode, dict):
-            mode, options = "auto", dict(mode)
+            mode, options = "auto", {**options, **mode}
         if mode not in COMPILE_MODES:
             raise ValueError(f"compile={mode!r} must be one of {COMPILE_MODES} or a dict of "
                              "torch.compile options")
@@ -40,7 +40,7 @@ class Compiled:
         except Exception as err:  # noqa: BLE001 - any backend failure means "use eager"
             if self.mode == "strict":
                 raise
-            reason = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+            reason = _reason(err)
             print(f"kagglekit: torch.compile failed, training eagerly instead ({reason[:200]})",
                   file=sys.stderr)
             self.model, self.status = self.eager, f"eager (compile failed: {reason[:200]})"
@@ -49,6 +49,15 @@ class Compiled:
             out = step_fn(self.model)
         self.proven = True
         return out
+
+
+def _reason(err: BaseException) -> str:
+    """One line: the outer error's type and the root cause's message."""
+    root = err
+    while getattr(root, "inner_exception", None) or root.__cause__:
+        root = getattr(root, "inner_exception", None) or root.__cause__
+    lines = str(root).strip().splitlines()
+    return f"{type(err).__name__}: {type(root).__name__}: {lines[0] if lines else ''}"
 
 
 def checkpoint_blocks(blocks: torch.nn.ModuleList | list[torch.nn.Module]) -> None:

@@ -136,6 +136,9 @@ class CheckpointManager:
              config: dict | None = None, final: bool = False) -> Path:
         """Write ``state`` atomically, then its sidecar, then prune old ones."""
         payload = self.directory / f"step-{step:08d}.pt"
+        # Re-saving a step (after a fallback): retire the old sidecar first, or a kill
+        # between the two writes would pair it with the new payload.
+        payload.with_suffix(".json").unlink(missing_ok=True)
         with atomic.atomic_path(payload) as tmp:
             torch.save(state, tmp)
         meta = {"step": step, "epoch": epoch, "final": final, "metrics": metrics or {},
@@ -167,6 +170,12 @@ class CheckpointManager:
         for leftover in self.directory.glob(".*.tmp"):
             if atomic.is_temporary(leftover) and time.time() - leftover.stat().st_mtime > 3600:
                 leftover.unlink(missing_ok=True)
+
+    def clear(self) -> None:
+        """Delete this run's checkpoints in the working dir (inputs are read-only)."""
+        for f in _scan(self.directory):
+            f.sidecar.unlink(missing_ok=True)
+            f.path.unlink(missing_ok=True)
 
     # ---- reading -------------------------------------------------------
     def candidates(self) -> list[Found]:

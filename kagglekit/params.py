@@ -39,12 +39,14 @@ def assignments(source: str) -> dict:
     return found
 
 
-def _only_assignments(source: str) -> bool:
+def _only_literal_assignments(source: str) -> bool:
     try:
         body = ast.parse(source).body
     except SyntaxError:
         return False
-    return bool(body) and all(isinstance(n, (ast.Assign, ast.AnnAssign)) for n in body)
+    if not body or not all(isinstance(n, (ast.Assign, ast.AnnAssign)) for n in body):
+        return False
+    return all(v is not ... for v in assignments(source).values())
 
 
 def from_history(history: list[str]) -> tuple[dict, dict]:
@@ -52,13 +54,13 @@ def from_history(history: list[str]) -> tuple[dict, dict]:
 
     With an injected cell, the declared ones are in the cell just before it (where
     papermill puts it). Without one (run by hand), they are in the latest cell made
-    only of assignments, which is what a parameters cell is.
+    only of literal assignments, which is what a parameters cell is.
     """
     for i, source in enumerate(history):
         if source.lstrip().startswith(INJECTED_MARK) and i > 0:
             return assignments(history[i - 1]), assignments(source)
     for source in reversed(history):
-        if _only_assignments(source):
+        if _only_literal_assignments(source):
             return assignments(source), {}
     return {}, {}
 

@@ -78,16 +78,24 @@ class Run:
         return path
 
 
-def start(namespace: dict, name: str, *, declared: dict | None = None,
-          verbose: bool = True) -> Run:
+def start(namespace: dict, name: str, *, smoke: dict | None = None,
+          declared: dict | None = None, verbose: bool = True) -> Run:
     """Validate a notebook's parameters and set the run up.
 
     Args:
         namespace: the notebook's ``globals()``; parameters are read from it.
         name: the notebook's name (its output folder locally is ``runs/<name>``).
+        smoke: parameter values that replace the given ones when ``smoke`` is true
+            (a tiny run through every code path, for CI); recorded in the config.
         declared: ``{name: default}`` when not running in a notebook.
     """
     config = params.validate(namespace, declared)
+    if config.get("smoke") and smoke:
+        unknown = sorted(set(smoke) - set(config))
+        if unknown:
+            raise params.ParameterError(f"smoke overrides {unknown} are not parameters")
+        config.update(smoke)
+        namespace.update(smoke)
     output = env.working_dir(name)
     report = env.report(config.get("precision", "auto"), output, verbose=verbose)
     seed = int(config.get("seed", 0))

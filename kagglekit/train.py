@@ -173,7 +173,9 @@ def _optimizer_step(model, batches, loss_fn, policy, scaler, optimizer, clip_gra
         sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
         with sync:
             with policy.autocast():
-                loss = loss_fn(model, batch) / len(batches)
+                loss = loss_fn(model, batch)
+                if len(batches) > 1:  # mean over the group, as one big batch would give
+                    loss = loss / len(batches)
             scaler.scale(loss).backward()
         total = loss.detach() if total is None else total + loss.detach()
     if clip_grad_norm is not None:
@@ -222,7 +224,11 @@ class _Run:
 
     def resume(self) -> bool:
         """Restore the newest usable checkpoint; True if it marks finished training."""
-        if self.checkpoints is None or not self.resume_enabled:
+        if self.checkpoints is None:
+            return False
+        if not self.resume_enabled:  # start over: stale higher steps would win later resumes
+            if self.rank == 0:
+                self.checkpoints.clear()
             return False
         found = self.checkpoints.load_latest(map_location=self.device)
         if found is None:
@@ -358,7 +364,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
         checkpoints: where to save and resume from; None disables both.
         save_every_min: minutes between mid-epoch saves (0: after every step; None: only
             at epoch ends). Saves also happen at epoch ends, on request, and at the end.
-        resume: continue from the newest usable checkpoint (working dir or inputs).
+        resume: continue from the newest usable checkpoint (working dir or inputs);
+            False deletes this run's checkpoints in the working dir and starts over.
         time_budget: seconds or a ``Budget``; None means the Kaggle session limit on
             Kaggle, no limit elsewhere. The loop stops with a checkpoint before it.
         on_step_end / on_epoch_end: ``hook(state: LoopState)``; may call

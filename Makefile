@@ -1,0 +1,41 @@
+# kagglekit: every target sets itself up (a .venv with the pinned requirements).
+SHELL := bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.kagglekit-installed
+NB ?=
+P ?=
+PYTEST_ARGS ?=
+
+.PHONY: setup run test bench lint clean
+
+setup: $(STAMP)
+
+# The Jupyter kernel papermill uses is registered inside the venv (--sys-prefix),
+# never in the user's home.
+$(STAMP): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (kagglekit)"
+	touch $@
+
+## run: execute the notebooks locally (NB=name for one, P="epochs=3 seed=1" to override)
+run: $(STAMP)
+	$(PY) -m kagglekit.cli run $(NB) $(foreach p,$(P),-p $(p))
+
+## test: the whole suite on CPU (GPU tests are skipped without a GPU)
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+## bench: measured ratios against baselines taken in the same run
+bench: $(STAMP)
+	$(PY) benchmarks/loop_overhead.py
+
+lint: $(STAMP)
+	$(PY) -m compileall -q kagglekit tests benchmarks
+	$(PY) -m pytest -q tests/test_notebooks.py -k clean
+
+clean:
+	rm -rf $(VENV) build dist runs *.egg-info

@@ -1,0 +1,150 @@
+import time
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+import kagglekit as kk
+from kagglekit import accel, data, datasets, models
+from kagglekit.checkpoint import CheckpointManager
+
+LOSS = kk.supervised(F.cross_entropy)
+
+
+def _setup(seed=0, n=512, dropout=0.0):
+    kk.seed_everything(seed)
+    ds = datasets.tabular(n, features=16, seed=seed)
+    model = models.MLP(16, 32, 4, dropout=dropout)
+    return ds, model
+
+
+def test_training_learns_the_builtin_task():
+    ds, model = _setup()
+    train, val = datasets.split(ds)
+    opt = torch.optim.AdamW(model.parameters(), 3e-3)
+    result = kk.fit(model, opt, data.make_loader(train, 32, num_workers=0), LOSS, epochs=6,
+                    val_loader=data.make_loader(val, 128, train=False, num_workers=0),
+                    progress=False)
+    losses = [h["val_loss"] for h in result.history]
+    assert result.stopped == "completed" and result.steps == 6 * (len(train) // 32)
+    assert losses[-1] < 0.8 * losses[0]
+
+
+def test_accumulation_equals_one_big_batch():
+    ds, model_a = _setup()
+    model_b = models.MLP(16, 32, 4)
+    model_b.load_state_dict(model_a.state_dict())
+    runs = []
+    for model, batch, accumulate in [(model_a, 32, 1), (model_b, 8, 4)]:
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        kk.fit(model, opt, data.make_loader(ds, batch, num_workers=0), LOSS, epochs=2,
+               accumulate=accumulate, progress=False)
+        runs.append(model)
+    for a, b in zip(runs[0].parameters(), runs[1].parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_accumulation_changes_nothing_but_the_step_count():
+    ds, model = _setup()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    result = kk.fit(model, opt, data.make_loader(ds, 8, num_workers=0), LOSS, epochs=1,
+                    accumulate=3, progress=False)
+    assert result.steps == 22  # 64 batches in groups of 3: 21 full steps and one of 1
+
+
+def _failing_backend(gm, example_inputs):
+    raise RuntimeError("backend exploded on purpose")
+
+
+def test_compile_failure_falls_back_to_eager_with_the_reason(capsys):
+    ds, model = _setup()
+    reference = models.MLP(16, 32, 4)
+    reference.load_state_dict(model.state_dict())
+    for m, mode in [(model, {"backend": _failing_backend}), (reference, "off")]:
+        kk.seed_everything(1)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        result = kk.fit(m, opt, data.make_loader(ds, 32, num_workers=0), LOSS, epochs=1,
+                        compile=mode, progress=False)
+        if mode != "off":
+            assert result.compile.startswith("eager (compile failed")
+            assert "backend exploded on purpose" in capsys.readouterr().err
+    for a, b in zip(model.parameters(), reference.parameters()):
+        assert torch.equal(a, b)  # the failed attempt left no trace in the weights
+
+
+def test_strict_compile_raises_instead_of_falling_back():
+    _, model = _setup()
+    compiled = accel.Compiled(model, "strict", {"backend": _failing_backend})
+    with pytest.raises(Exception, match="backend exploded"):
+        compiled.run(lambda m: m(torch.randn(2, 16)))
+
+
+def test_time_budget_stops_with_a_checkpoint_before_the_deadline(tmp_path):
+    ds, model = _setup()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ckpt = CheckpointManager(tmp_path, search=[])
+    budget = kk.Budget(1.5)
+
+    def slow_loss(m, batch):
+        time.sleep(0.03)
+        return LOSS(m, batch)
+
+    result = kk.fit(model, opt, data.make_loader(ds, 8, num_workers=0), slow_loss, epochs=50,
+                    checkpoints=ckpt, time_budget=budget, save_every_min=None, progress=False)
+    assert result.stopped == "time_budget" and budget.remaining() > 0
+    found, state = ckpt.load_latest()
+    assert found.step == result.steps and not found.meta["final"]
+    # The next session carries on from there and finishes.
+    again = kk.fit(model, opt, data.make_loader(ds, 8, num_workers=0), LOSS, epochs=2,
+                   checkpoints=ckpt, progress=False)
+    assert again.resumed_from == found.path.as_posix() and again.stopped == "completed"
+
+
+def test_finished_training_is_not_repeated(tmp_path):
+    ds, model = _setup()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ckpt = CheckpointManager(tmp_path, search=[])
+    kk.fit(model, opt, data.make_loader(ds, 64, num_workers=0), LOSS, epochs=1,
+           checkpoints=ckpt, progress=False)
+    again = kk.fit(model, opt, data.make_loader(ds, 64, num_workers=0), LOSS, epochs=1,
+                   checkpoints=ckpt, progress=False)
+    assert again.stopped == "already_complete" and again.steps_this_session == 0
+
+
+def test_early_stopping_and_hooks_and_max_steps():
+    ds, model = _setup()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # never improves
+    seen = []
+    result = kk.fit(model, opt, data.make_loader(ds, 64, num_workers=0), LOSS, epochs=20,
+                    val_loader=data.make_loader(ds, 256, train=False, num_workers=0),
+                    early_stopping=kk.EarlyStopping(patience=2), progress=False,
+                    on_epoch_end=lambda s: seen.append(s.epoch))
+    assert result.stopped == "early_stopping" and result.epochs == 3 and seen == [0, 1, 2]
+    limited = kk.fit(model, opt, data.make_loader(ds, 8, num_workers=0), LOSS, epochs=5,
+                     max_steps=7, progress=False)
+    assert limited.stopped == "max_steps" and limited.steps == 7
+
+
+def test_warmup_then_cosine_restarts_with_torch_schedulers():
+    ds, model = _setup()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    warmup = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=4)
+    cosine = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=8)
+    sched = torch.optim.lr_scheduler.SequentialLR(opt, [warmup, cosine], milestones=[4])
+    lrs = []
+    kk.fit(model, opt, data.make_loader(ds, 32, num_workers=0), LOSS, epochs=2, scheduler=sched,
+           progress=False, on_step_end=lambda s: lrs.append(opt.param_groups[0]["lr"]))
+    assert lrs[0] < lrs[2] < lrs[3] == pytest.approx(0.1)  # warm-up
+    assert lrs[3 + 8] == pytest.approx(0.1)  # warm restart after T_0 steps
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    _, model = _setup()
+    twin = models.MLP(16, 32, 4)
+    twin.load_state_dict(model.state_dict())
+    accel.checkpoint_blocks([twin.body])
+    x = torch.randn(8, 16)
+    for m in (model, twin):
+        m(x).pow(2).sum().backward()
+    for a, b in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(a.grad, b.grad)
