@@ -6,7 +6,6 @@ or stop -> close the epoch (evaluate, schedule, early-stop, save) -> final save.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from . import accel, data, precision as precision_mod
+from . import accel, data, precision as precision_mod, step as step_mod
 from .budget import Budget
 from .checkpoint import CheckpointManager, restore, snapshot
 from .progress import bar as progress_bar
@@ -60,6 +59,9 @@ class LoopState:
     batches_done: int = 0  # batches of ``epoch`` already trained on
     loss_sum: float = 0.0  # running train loss of the epoch (sum of step means)
     loss_steps: int = 0
+    samples: int = 0  # samples trained on in this session (for samples/s)
+    split: int = 1  # each loader batch is cut into this many chunks (OOM back-off)
+    oom_events: list = field(default_factory=list)
     history: list = field(default_factory=list)
     # Not saved: set by hooks.
     stop_requested: bool = False
@@ -74,7 +76,8 @@ class LoopState:
     def to_dict(self) -> dict:
         loss = float(self.loss_sum)
         return {"step": self.step, "epoch": self.epoch, "batches_done": self.batches_done,
-                "loss_sum": loss, "loss_steps": self.loss_steps, "history": self.history}
+                "loss_sum": loss, "loss_steps": self.loss_steps, "history": self.history,
+                "split": self.split, "oom_events": self.oom_events}
 
 
 @dataclass
@@ -89,6 +92,9 @@ class FitResult:
     resumed_from: str | None = None
     checkpoint: str | None = None
     steps_this_session: int = 0
+    world_size: int = 1
+    samples_per_s: float = 0.0  # all ranks together, this session
+    oom_events: list = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -102,7 +108,10 @@ class FitResult:
         return {**scores, "steps": self.steps, "epochs": self.epochs, "stopped": self.stopped,
                 "seconds": round(self.seconds, 3), "precision": self.precision,
                 "compile": self.compile, "resumed_from": self.resumed_from,
-                "checkpoint": self.checkpoint, "steps_this_session": self.steps_this_session}
+                "checkpoint": self.checkpoint, "steps_this_session": self.steps_this_session,
+                "world_size": self.world_size, "samples_per_s": round(self.samples_per_s, 2),
+                "samples_per_s_per_gpu": round(self.samples_per_s / self.world_size, 2),
+                "oom_count": len(self.oom_events), "oom_events": self.oom_events}
 
 
 def supervised(criterion: Callable) -> LossFn:
@@ -130,11 +139,26 @@ def _agree(flags: list[bool], device: torch.device) -> list[bool]:
 
 
 def _default_device() -> torch.device:
+    """The launch context's device; else cuda:LOCAL_RANK when there is a GPU."""
     from .gpus import inventory
+    from .launch import context
+    ctx = context()
+    if ctx.strategy != "single" or ctx.device.type == "cuda":
+        return ctx.device
     if not inventory():
         return torch.device("cpu")
-    local = int(__import__("os").environ.get("LOCAL_RANK", 0))
-    return torch.device(f"cuda:{local}")
+    return torch.device(f"cuda:{int(__import__('os').environ.get('LOCAL_RANK', 0))}")
+
+
+def _wrap(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """DDP inside a process group; DataParallel under launch(strategy="dp")."""
+    from .launch import context
+    ddp = torch.nn.parallel.DistributedDataParallel
+    if _distributed() and not isinstance(model, ddp):
+        return ddp(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if context().strategy == "dp" and device.type == "cuda" and torch.cuda.device_count() > 1:
+        return torch.nn.DataParallel(model)
+    return model
 
 
 def resolve_precision(precision, device: torch.device) -> precision_mod.Precision:
@@ -159,32 +183,6 @@ def evaluate_loss(model, loader, loss_fn: LossFn, device, limit_batches=None) ->
     if _distributed():
         dist.all_reduce(total)
     return {"val_loss": (total[0] / total[1].clamp(min=1)).item()}
-
-
-def _optimizer_step(model, batches, loss_fn, policy, scaler, optimizer, clip_grad_norm):
-    """Forward/backward over the micro-batches, then one optimizer step.
-
-    Under DDP the gradient all-reduce runs only on the last micro-batch; the others
-    accumulate locally inside ``no_sync``.
-    """
-    total = None
-    for i, batch in enumerate(batches):
-        last = i == len(batches) - 1
-        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
-        with sync:
-            with policy.autocast():
-                loss = loss_fn(model, batch)
-                if len(batches) > 1:  # mean over the group, as one big batch would give
-                    loss = loss / len(batches)
-            scaler.scale(loss).backward()
-        total = loss.detach() if total is None else total + loss.detach()
-    if clip_grad_norm is not None:
-        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    return total.float()
 
 
 def _epoch_batches(loader, limit_batches) -> int:
@@ -238,7 +236,8 @@ class _Run:
         loop = state["loop"]
         self.state = LoopState(step=loop["step"], epoch=loop["epoch"],
                                batches_done=loop["batches_done"], loss_sum=loop["loss_sum"],
-                               loss_steps=loop["loss_steps"], history=list(loop["history"]))
+                               loss_steps=loop["loss_steps"], history=list(loop["history"]),
+                               split=loop.get("split", 1), oom_events=list(loop.get("oom_events", [])))
         if self.early_stopping is not None and "early_stopping" in state:
             self.early_stopping.load_state_dict(state["early_stopping"])
         self.resumed_from = str(where.path)
@@ -272,6 +271,44 @@ class _Run:
             self.save()
         return None
 
+    def optimizer_step(self, micro: list) -> torch.Tensor:
+        """One optimizer step over ``micro``; on OOM all ranks shrink the batch together."""
+        manual = self.oom_backoff and _distributed()
+        while True:
+            try:
+                loss = self.compiled.run(lambda m: step_mod.backward(
+                    m, micro, self.loss_fn, self.policy, self.scaler, split=self.state.split,
+                    sync="manual" if manual else "ddp"))
+                oom = False
+            except step_mod.OOM_ERRORS:
+                if not self.oom_backoff:
+                    raise
+                oom = True
+            if manual:
+                oom = _agree([oom], self.device)[0]
+            if not oom:
+                break
+            self.back_off(micro)
+        if manual:
+            step_mod.all_reduce_gradients(self.model)
+        step_mod.apply(self.model, self.optimizer, self.scaler, self.clip_grad_norm)
+        return loss
+
+    def back_off(self, micro: list) -> None:
+        step_mod.free_after_oom(self.optimizer)
+        per_gpu = step_mod.batch_size(micro[0]) // self.state.split
+        if per_gpu // 2 < self.min_batch:
+            raise step_mod.OutOfMemoryFloor(
+                f"CUDA out of memory even at a per-GPU batch of {per_gpu} (floor "
+                f"min_batch={self.min_batch}). Use a smaller model, precision='fp16'/'bf16', "
+                "accel.checkpoint_blocks(), or a shorter input.")
+        self.state.split *= 2
+        self.state.oom_events.append({"step": self.state.step, "per_gpu_batch": per_gpu // 2})
+        if self.rank == 0:
+            print(f"kagglekit: CUDA out of memory at step {self.state.step}; every rank now runs "
+                  f"per-GPU batches of {per_gpu // 2} (split x{self.state.split}, same "
+                  "effective batch)", flush=True)
+
     def train_epoch(self, per_epoch: int, bar) -> str | None:
         st = self.state
         skip = data.start_epoch(self.loader, st.epoch, st.batches_done)
@@ -283,9 +320,8 @@ class _Run:
             group = min(self.accumulate, per_epoch - st.batches_done)
             micro = [data.to_device(next(batches), self.device) for _ in range(group)]
             started = time.monotonic()
-            loss = self.compiled.run(lambda m: _optimizer_step(
-                m, micro, self.loss_fn, self.policy, self.scaler, self.optimizer,
-                self.clip_grad_norm))
+            loss = self.optimizer_step(micro)
+            st.samples += sum(step_mod.batch_size(b) for b in micro)
             st.loss_sum = st.loss_sum + loss
             st.loss_steps += 1
             st.batches_done += group
@@ -343,7 +379,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
         checkpoints: CheckpointManager | None = None, save_every_min: float | None = 20.0,
         resume: bool = True, time_budget=None, early_stopping: EarlyStopping | None = None,
         on_step_end: Callable | None = None, on_epoch_end: Callable | None = None,
-        progress: bool = True, config: dict | None = None) -> FitResult:
+        oom_backoff: bool = True, min_batch: int = 1, progress: bool = True,
+        config: dict | None = None) -> FitResult:
     """Train ``model`` and return its history; resumable at any optimizer step.
 
     Args:
@@ -370,6 +407,10 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
             Kaggle, no limit elsewhere. The loop stops with a checkpoint before it.
         on_step_end / on_epoch_end: ``hook(state: LoopState)``; may call
             ``state.request_stop()`` or ``state.request_checkpoint()``.
+        oom_backoff: on CUDA out-of-memory, retry the step with each batch cut in two
+            (same effective batch), down to ``min_batch`` samples per GPU. Under DDP all
+            ranks agree on it; gradients are then all-reduced after the backward pass
+            (no overlap with compute): pass False for DDP's overlapped sync.
         config: stored in every checkpoint's sidecar.
     """
     if scheduler_interval not in ("step", "epoch"):
@@ -382,10 +423,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed shapes: let cuDNN pick its fastest kernels
     model.to(device)
-    train_model = model
-    if _distributed() and not isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        ids = [device.index] if device.type == "cuda" else None
-        train_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    train_model = _wrap(model, device)
     run = _Run(model=train_model, optimizer=optimizer, loader=train_loader, loss_fn=loss_fn,
                val_loader=val_loader, evaluate=evaluate, scheduler=scheduler,
                scheduler_interval=scheduler_interval, policy=policy, device=device,
@@ -394,14 +432,20 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
                max_steps=max_steps, limit_batches=limit_batches, checkpoints=checkpoints,
                save_every_min=save_every_min, resume_enabled=resume,
                budget=Budget.resolve(time_budget), early_stopping=early_stopping,
-               on_step_end=on_step_end, on_epoch_end=on_epoch_end, config=config or {})
+               on_step_end=on_step_end, on_epoch_end=on_epoch_end, oom_backoff=oom_backoff,
+               min_batch=min_batch, config=config or {})
     finished = run.resume()
     start_step = run.state.step
+    loop_started = time.monotonic()
     stopped = "already_complete" if finished else _loop(run, epochs, progress)
+    world = dist.get_world_size() if _distributed() else 1
+    rate = run.state.samples / max(time.monotonic() - loop_started, 1e-9)
     return FitResult(history=run.state.history, steps=run.state.step, epochs=run.state.epoch,
                      stopped=stopped, seconds=time.monotonic() - started, precision=policy.name,
                      compile=run.compiled.status, resumed_from=run.resumed_from,
-                     checkpoint=run.last_checkpoint, steps_this_session=run.state.step - start_step)
+                     checkpoint=run.last_checkpoint, steps_this_session=run.state.step - start_step,
+                     world_size=world, samples_per_s=rate * world,
+                     oom_events=list(run.state.oom_events))
 
 
 def _loop(run: _Run, epochs: int, progress: bool) -> str:

@@ -1,0 +1,279 @@
+"""Run a function on every GPU from inside a notebook.
+
+``launch(fn, *args)`` forks one DDP process per GPU (fork, so functions defined
+in a notebook work), returns rank 0's return value to the caller, re-raises any
+rank's exception with its traceback, stops the other ranks and leaves no process
+behind. With one device or none it runs ``fn`` in the calling process; under
+torchrun it just runs ``fn``.
+
+Fork is only safe while the calling process holds no CUDA context, so the kit
+reads GPUs through NVML and ``launch`` refuses, with the fix, if CUDA was
+initialised. Results travel as pickled bytes through a pipe read *before*
+joining: a tensor put on a multiprocessing queue by a child that then exits
+cannot be received, and a large result blocks its child until it is read.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import socket
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+
+import torch
+import torch.distributed as dist
+
+from . import gpus as gpus_mod
+
+STRATEGIES = ("auto", "ddp", "dp", "single")
+# T4 x2 on Kaggle: PCIe only, no NVLink; P2P over PCIe between the two T4s has been
+# reported to hang NCCL in some containers, and there is no InfiniBand.
+NCCL_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_IB_DISABLE": "1"}
+
+
+class LaunchError(RuntimeError):
+    """A rank failed, died, or the launch could not start."""
+
+
+CUDA_INITIALISED = (
+    "launch() cannot fork worker processes: CUDA is already initialised in this notebook's "
+    "process (something called torch.cuda.* or moved a tensor to the GPU before launch). "
+    "Restart the kernel, and keep every CUDA call (model.cuda(), torch.cuda.*, .to('cuda')) "
+    "inside the launched function. kagglekit's own env report never initialises CUDA.")
+
+
+@dataclass(frozen=True)
+class Context:
+    """How the current process takes part in training."""
+    strategy: str = "single"  # "ddp", "dp" or "single"
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+_context = Context()
+
+
+def context() -> Context:
+    """The launch context of this process (rank, world size, device, strategy)."""
+    return _context
+
+
+def _set_context(ctx: Context) -> None:
+    global _context
+    _context = ctx
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _under_torchrun() -> bool:
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"))
+
+
+def resolve_strategy(strategy: str, n_gpus: int, nprocs: int | None) -> tuple[str, int]:
+    """(strategy, processes) for ``strategy`` on ``n_gpus`` GPUs."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r} must be one of {STRATEGIES}")
+    if strategy == "auto":
+        strategy = "ddp" if (nprocs or n_gpus) >= 2 else "single"
+    if strategy == "ddp":
+        procs = nprocs or n_gpus
+        if n_gpus and procs > n_gpus:
+            raise ValueError(f"nprocs={procs} but only {n_gpus} GPU(s) are visible")
+        return ("ddp", procs) if procs >= 2 else ("single", 1)
+    return strategy, 1
+
+
+def _worker(rank: int, world: int, port: int, backend: str, timeout_s: float, fn, args, kwargs,
+            conn) -> None:
+    """Body of one forked rank: join the group, run ``fn``, send back the outcome."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the parent decides; no KeyboardInterrupt here
+    # A forked child inherits an OpenMP pool whose threads did not survive the fork;
+    # resizing it makes a fresh one (without this, the first parallel op can hang).
+    torch.set_num_threads(_threads_per_rank(world))
+    status, body = "ok", None
+    try:
+        device = torch.device("cpu")
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+            device = torch.device(f"cuda:{rank}")
+        dist.init_process_group(backend, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        _set_context(Context("ddp", rank, rank, world, device))
+        result = fn(*args, **kwargs)
+        body = pickle.dumps(result if rank == 0 else None, protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException:  # noqa: BLE001 - every failure must reach the parent
+        status, body = "error", traceback.format_exc().encode()
+    try:
+        conn.send_bytes(pickle.dumps((status, rank, body)))
+    finally:
+        with contextlib.suppress(Exception):
+            if dist.is_initialized():
+                if status == "ok":
+                    dist.destroy_process_group()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Skip the parent's atexit handlers (inherited by fork: IPython's, papermill's).
+        os._exit(0 if status == "ok" else 1)
+
+
+def _threads_per_rank(world: int) -> int:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cpus or 1) // world)
+
+
+def _stop(procs) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + 5
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _receive(conn, rank: int, procs, outcomes: dict) -> bool:
+    """Read rank's report if one is waiting; raise on its error. True if read."""
+    if not conn.poll():
+        return False
+    try:
+        status, _, body = pickle.loads(conn.recv_bytes())
+    except EOFError:
+        return False
+    if status == "error":
+        _stop(procs)
+        raise LaunchError(f"rank {rank} failed:\n{body.decode()}")
+    outcomes[rank] = body
+    return True
+
+
+def _supervise(procs, conns, timeout_s: float | None):
+    """Collect every rank's outcome; on the first failure stop the others and raise."""
+    outcomes: dict = {}
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while len(outcomes) < len(procs):
+        waiting = [r for r in range(len(procs)) if r not in outcomes]
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready = wait([conns[r] for r in waiting] + [procs[r].sentinel for r in waiting], left)
+        if not ready:
+            _stop(procs)
+            raise LaunchError(f"ranks {waiting} did not finish within {timeout_s:.0f}s; "
+                              "all ranks were stopped")
+        for rank in waiting:
+            if _receive(conns[rank], rank, procs, outcomes):
+                continue
+            if procs[rank].sentinel in ready:  # exited without a report
+                procs[rank].join()
+                _stop(procs)
+                raise LaunchError(
+                    f"rank {rank} died with exit code {procs[rank].exitcode} before reporting "
+                    "(killed, out of host memory, or a crash in native code); all ranks stopped")
+    return pickle.loads(outcomes[0])
+
+
+def launch(fn, *args, strategy: str = "auto", nprocs: int | None = None,
+           timeout_s: float = 1800.0, join_timeout_s: float | None = None, **kwargs):
+    """Run ``fn(*args, **kwargs)`` on every GPU and return rank 0's result.
+
+    Args:
+        strategy: "auto" (DDP with >= 2 GPUs, else one process), "ddp", "dp"
+            (DataParallel in this process) or "single".
+        nprocs: DDP processes (default: one per visible GPU). On CPU, ``nprocs=2``
+            runs two gloo processes, which is how CI tests the DDP path.
+        timeout_s: how long a collective may wait for the other ranks before it
+            fails with an error instead of hanging.
+        join_timeout_s: optional limit on the whole run.
+    """
+    if _under_torchrun():
+        if not dist.is_initialized():
+            backend = "nccl" if gpus_mod.inventory() else "gloo"
+            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+        local = int(os.environ["LOCAL_RANK"])
+        device = torch.device(f"cuda:{local}") if gpus_mod.inventory() else torch.device("cpu")
+        _set_context(Context("ddp", dist.get_rank(), local, dist.get_world_size(), device))
+        return fn(*args, **kwargs)
+    gpus = gpus_mod.inventory()
+    strategy, procs = resolve_strategy(strategy, len(gpus), nprocs)
+    if strategy != "ddp":
+        device = torch.device("cuda:0") if gpus else torch.device("cpu")
+        previous = context()
+        _set_context(Context(strategy, 0, 0, 1, device))
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _set_context(previous)
+    return _fork(fn, args, kwargs, procs, "nccl" if gpus else "gloo", timeout_s, join_timeout_s)
+
+
+def _fork(fn, args, kwargs, procs: int, backend: str, timeout_s: float, join_timeout_s):
+    if gpus_mod.cuda_initialised():
+        raise LaunchError(CUDA_INITIALISED)
+    if backend == "nccl":
+        for key, value in NCCL_ENV.items():
+            os.environ.setdefault(key, value)
+    ctx = mp.get_context("fork")
+    port = _free_port()
+    workers, conns = [], []
+    for rank in range(procs):
+        parent_end, child_end = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_worker, name=f"kagglekit-rank{rank}", daemon=True,
+                           args=(rank, procs, port, backend, timeout_s, fn, args, kwargs, child_end))
+        proc.start()
+        child_end.close()
+        workers.append(proc)
+        conns.append(parent_end)
+    try:
+        return _supervise(workers, conns, join_timeout_s)
+    finally:
+        _stop(workers)  # also on KeyboardInterrupt in the notebook: no orphan ranks
+        for c in conns:
+            c.close()
+
+
+def effective_batch(per_gpu: int, accumulate: int = 1, world_size: int | None = None,
+                    verbose: bool = True) -> int:
+    """Samples per optimizer step over all GPUs: per-GPU batch x GPUs x accumulation."""
+    world = world_size or max(1, len(gpus_mod.inventory()))
+    total = per_gpu * world * accumulate
+    if verbose:
+        print(f"effective batch: {per_gpu} per GPU x {world} GPU(s) x {accumulate} "
+              f"accumulation step(s) = {total}")
+    return total
+
+
+def scale_lr(lr: float, base_batch: int, batch: int, rule: str = "linear") -> float:
+    """Learning rate for ``batch`` given one tuned at ``base_batch``.
+
+    "linear" (Goyal et al., for SGD) multiplies by batch/base; "sqrt" (often better
+    for Adam-style optimizers) by its square root.
+    """
+    if rule not in ("linear", "sqrt"):
+        raise ValueError(f"rule={rule!r} must be 'linear' or 'sqrt'")
+    ratio = batch / base_batch
+    return lr * (ratio if rule == "linear" else ratio ** 0.5)
+
+
+def scaling_efficiency(samples_per_s_single: float, samples_per_s_multi: float,
+                       world_size: int) -> float:
+    """Throughput on ``world_size`` GPUs over ``world_size`` x one GPU's (1.0 = perfect)."""
+    return samples_per_s_multi / (world_size * samples_per_s_single)

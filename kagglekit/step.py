@@ -1,0 +1,113 @@
+"""One optimizer step: micro-batches, gradient sync, clipping, scaler, OOM back-off.
+
+Two ways to sync gradients under DDP:
+- "ddp": DDP's hooks all-reduce during the last micro-batch's backward (overlapping
+  communication with compute); the other micro-batches run inside ``no_sync``.
+- "manual": every micro-batch runs inside ``no_sync`` and the gradients are
+  all-reduced afterwards. Slower (no overlap), but no rank is ever stuck inside a
+  collective when another rank runs out of memory, so the ranks can agree on a
+  smaller batch together (the OOM back-off).
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+
+import torch
+import torch.distributed as dist
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+OOM_ERRORS = (torch.cuda.OutOfMemoryError,)
+
+
+class OutOfMemoryFloor(RuntimeError):
+    """Out of memory even at the smallest per-GPU batch allowed."""
+
+
+def batch_size(batch) -> int:
+    """Samples in a batch: the first dimension of its first tensor."""
+    if isinstance(batch, torch.Tensor):
+        return batch.shape[0]
+    if isinstance(batch, (list, tuple)) and batch:
+        return batch_size(batch[0])
+    if isinstance(batch, dict) and batch:
+        return batch_size(next(iter(batch.values())))
+    return 1
+
+
+def split_batch(batch, parts: int) -> list:
+    """Cut a batch into ``parts`` chunks along dim 0 (tensors in tuples, lists, dicts)."""
+    if parts == 1:
+        return [batch]
+    if isinstance(batch, torch.Tensor):
+        return list(torch.tensor_split(batch, parts))
+    if isinstance(batch, (list, tuple)):
+        columns = [split_batch(b, parts) for b in batch]
+        return [type(batch)(col[i] for col in columns) if not hasattr(batch, "_fields")
+                else type(batch)(*(col[i] for col in columns)) for i in range(parts)]
+    if isinstance(batch, dict):
+        columns = {k: split_batch(v, parts) for k, v in batch.items()}
+        return [{k: v[i] for k, v in columns.items()} for i in range(parts)]
+    raise TypeError(f"cannot split a batch of type {type(batch).__name__} for OOM back-off")
+
+
+def backward(model, batches: list, loss_fn, policy, scaler, *, split: int = 1,
+             sync: str = "ddp") -> torch.Tensor:
+    """Forward and backward over ``batches`` (each cut into ``split`` chunks).
+
+    Returns the mean loss (detached). Gradients are averaged as if the whole group
+    were one batch.
+    """
+    chunks = [c for b in batches for c in split_batch(b, split)]
+    can_skip_sync = hasattr(model, "no_sync")
+    total = None
+    for i, chunk in enumerate(chunks):
+        last = i == len(chunks) - 1
+        quiet = can_skip_sync and (sync == "manual" or not last)
+        with model.no_sync() if quiet else contextlib.nullcontext():
+            with policy.autocast():
+                loss = loss_fn(model, chunk)
+                if len(chunks) > 1:  # mean over the group, as one big batch would give
+                    loss = loss / len(chunks)
+            scaler.scale(loss).backward()
+        total = loss.detach() if total is None else total + loss.detach()
+    return total.float()
+
+
+def all_reduce_gradients(model, bucket_mb: float = 25.0) -> None:
+    """Average gradients over ranks in flat buckets (the "manual" sync)."""
+    world = dist.get_world_size()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    limit = int(bucket_mb * 2**20)
+    bucket, size = [], 0
+    for g in grads + [None]:
+        if g is not None and (not bucket or (size + g.numel() * g.element_size() <= limit
+                                              and g.dtype == bucket[0].dtype)):
+            bucket.append(g)
+            size += g.numel() * g.element_size()
+            continue
+        if bucket:
+            flat = _flatten_dense_tensors(bucket)
+            dist.all_reduce(flat)
+            flat /= world
+            for dst, src in zip(bucket, _unflatten_dense_tensors(flat, bucket)):
+                dst.copy_(src)
+        bucket, size = ([g], g.numel() * g.element_size()) if g is not None else ([], 0)
+
+
+def apply(model, optimizer, scaler, clip_grad_norm: float | None) -> None:
+    """Clip (unscaled), step, update the scaler, clear the gradients."""
+    if clip_grad_norm is not None:
+        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def free_after_oom(optimizer) -> None:
+    """Drop what the failed step held so the retry starts from a clean slate."""
+    optimizer.zero_grad(set_to_none=True)
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()

@@ -1,0 +1,179 @@
+"""launch(): DDP from inside a notebook, tested with 2 gloo processes on CPU."""
+import json
+import multiprocessing as mp
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.nn import functional as F
+
+import kagglekit as kk
+from kagglekit import data, datasets, gpus, launch as launch_mod, models, step
+from kagglekit.launch import LaunchError, launch
+
+LOSS = kk.supervised(F.cross_entropy)
+
+
+def _train(per_gpu_batch: int, steps: int, accumulate: int = 1, oom_above: dict | None = None,
+           oom_backoff: bool = True):
+    """Trains the same model from the same seed; returns (weights, fit summary)."""
+    kk.seed_everything(0)
+    ds = datasets.tabular(512, features=16, seed=0)
+    model = models.MLP(16, 32, 4)
+    if oom_above is not None:
+        model = _OomAbove(model, oom_above.get(launch_mod.context().rank))
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    result = kk.fit(model, opt, data.make_loader(ds, per_gpu_batch, num_workers=0), LOSS,
+                    epochs=10, max_steps=steps, accumulate=accumulate, progress=False,
+                    oom_backoff=oom_backoff)
+    inner = model.inner if oom_above is not None else model
+    return {k: v.clone() for k, v in inner.state_dict().items()}, result.summary()
+
+
+class _OomAbove(torch.nn.Module):
+    """Raises CUDA's out-of-memory error for batches larger than ``limit`` (None: never)."""
+
+    def __init__(self, inner, limit):
+        super().__init__()
+        self.inner, self.limit = inner, limit
+
+    def forward(self, x):
+        if self.limit is not None and x.shape[0] > self.limit:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated by the test)")
+        return self.inner(x)
+
+
+def _no_children_left():
+    deadline = time.monotonic() + 5
+    while mp.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not mp.active_children()
+
+
+def test_ddp_on_two_processes_equals_one_process_on_the_global_batch():
+    ddp_weights, summary = launch(_train, 16, 6, nprocs=2)
+    one_weights, _ = _train(32, 6)
+    assert summary["world_size"] == 2 and summary["samples_per_s_per_gpu"] > 0
+    for k in one_weights:
+        torch.testing.assert_close(ddp_weights[k], one_weights[k], rtol=1e-5, atol=1e-6)
+
+
+def test_distributed_shards_are_disjoint_and_cover_the_data():
+    ds = list(range(101))
+    shards = [list(data.ResumableSampler(ds, seed=3, num_replicas=2, rank=r, drop_last=True))
+              for r in (0, 1)]
+    assert not set(shards[0]) & set(shards[1])
+    assert len(set(shards[0]) | set(shards[1])) == 100  # drop_last: one sample left out
+    padded = [list(data.ResumableSampler(ds, seed=3, num_replicas=2, rank=r)) for r in (0, 1)]
+    assert set(padded[0]) | set(padded[1]) == set(ds)
+
+
+def _grads_with_and_without_skipped_sync():
+    kk.seed_everything(0)
+    model = torch.nn.parallel.DistributedDataParallel(models.MLP(16, 32, 4))
+    g = torch.Generator().manual_seed(launch_mod.context().rank)
+    batches = [(torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g))
+               for _ in range(3)]
+    policy, scaler = kk.precision.choose("fp32", None), torch.amp.GradScaler("cpu", enabled=False)
+    step.backward(model, batches, LOSS, policy, scaler, sync="ddp")  # no_sync on 2 of 3
+    skipped = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    for x, y in batches:  # all-reduce after every micro-batch
+        (LOSS(model, (x, y)) / 3).backward()
+    return skipped, [p.grad.clone() for p in model.parameters()]
+
+
+def test_accumulation_with_skipped_sync_equals_accumulation_without_it():
+    skipped, synced = launch(_grads_with_and_without_skipped_sync, nprocs=2)
+    for a, b in zip(skipped, synced):
+        torch.testing.assert_close(a, b)
+
+
+def _fail_on_rank_one():
+    if launch_mod.context().rank == 1:
+        raise ValueError("bad shard on purpose")
+    dist.barrier()  # rank 0 would wait here forever without the supervisor
+
+
+def test_a_failing_rank_is_raised_with_its_traceback_and_nothing_is_left_running():
+    started = time.monotonic()
+    with pytest.raises(LaunchError, match=r"(?s)rank 1 failed:.*ValueError: bad shard on purpose"):
+        launch(_fail_on_rank_one, nprocs=2, timeout_s=120)
+    assert time.monotonic() - started < 30  # not the 120 s collective timeout
+    assert _no_children_left()
+
+
+def _hang_in_a_collective():
+    if launch_mod.context().rank == 0:
+        dist.all_reduce(torch.ones(1))  # rank 1 never joins
+    else:
+        time.sleep(60)
+
+
+def test_a_hanging_collective_ends_in_an_error_after_the_timeout():
+    with pytest.raises(LaunchError, match="rank 0 failed"):
+        launch(_hang_in_a_collective, nprocs=2, timeout_s=3)
+    assert _no_children_left()
+
+
+def test_launch_refuses_to_fork_after_cuda_was_initialised(monkeypatch):
+    monkeypatch.setattr(gpus, "cuda_initialised", lambda: True)
+    with pytest.raises(LaunchError, match="CUDA is already initialised.*Restart the kernel"):
+        launch(_train, 16, 1, nprocs=2)
+
+
+def test_one_device_runs_in_process_and_returns_the_value():
+    assert launch(lambda a, b=0: a + b, 2, b=3) == 5
+    assert launch_mod.resolve_strategy("auto", 0, None) == ("single", 1)
+    assert launch_mod.resolve_strategy("auto", 2, None) == ("ddp", 2)
+    assert launch_mod.resolve_strategy("dp", 2, None) == ("dp", 1)
+
+
+def test_oom_on_one_rank_makes_every_rank_shrink_and_training_completes():
+    # Rank 1 runs out of memory above 8 samples; rank 0 never would on its own.
+    weights, summary = launch(_train, 16, 6, nprocs=2, oom_above={1: 8})
+    assert summary["oom_count"] == 1 and summary["oom_events"][0]["per_gpu_batch"] == 8
+    assert summary["steps"] == 6 and summary["stopped"] == "max_steps"
+    reference, _ = _train(32, 6)
+    for k in reference:  # smaller chunks, same effective batch: the same training
+        torch.testing.assert_close(weights[k], reference[k], rtol=1e-5, atol=1e-6)
+
+
+def test_oom_below_the_floor_gives_up_with_a_clear_error():
+    with pytest.raises(step.OutOfMemoryFloor, match="per-GPU batch of 1"):
+        _train(16, 2, oom_above={0: 0})
+
+
+def test_effective_batch_and_lr_scaling():
+    assert launch_mod.effective_batch(32, accumulate=4, world_size=2) == 256
+    assert launch_mod.scale_lr(1e-3, 256, 512, rule="linear") == pytest.approx(2e-3)
+    assert launch_mod.scale_lr(1e-3, 256, 1024, rule="sqrt") == pytest.approx(2e-3)
+    with pytest.raises(ValueError, match="rule"):
+        launch_mod.scale_lr(1e-3, 256, 512, rule="cubic")
+
+
+@pytest.mark.slow
+def test_launch_from_a_notebook_run_by_papermill_returns_rank_zeros_value(tmp_path):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from kagglekit.runner import run_notebook
+    nb = new_notebook(cells=[
+        new_code_cell("nprocs = 2", metadata={"tags": ["parameters"]}),
+        new_code_cell(
+            "import json, torch, torch.distributed as dist\n"
+            "from kagglekit.launch import launch, context\n"
+            "torch.ones(64, 64) @ torch.ones(64, 64)  # the parent used torch before forking\n"
+            "def work(scale):  # defined in the notebook: only fork can run it\n"
+            "    t = torch.tensor([float(context().rank + 1)])\n"
+            "    dist.all_reduce(t)\n"
+            "    return {'rank': context().rank, 'world': dist.get_world_size(), 'sum': scale * t.item()}\n"
+            "result = launch(work, 10, nprocs=nprocs)\n"
+            "json.dump(result, open('result.json', 'w'))"),
+    ])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "launch_demo.ipynb"
+    nbformat.write(nb, path)
+    run_notebook(path, {}, output_dir=tmp_path / "out", progress=False)
+    assert json.loads((tmp_path / "result.json").read_text()) == {"rank": 0, "world": 2, "sum": 30.0}
