@@ -9,13 +9,14 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {"accel", "atomic", "budget", "checkpoint", "data", "datasets", "env", "gpus",
-               "models", "params", "plots", "precision", "progress", "rng", "run", "train"}
+_SUBMODULES = {"accel", "atomic", "budget", "checkpoint", "data", "datasets", "env", "evaluate",
+               "gpus", "launcher", "memory", "models", "params", "plots", "precision", "progress",
+               "rng", "run", "segment3d", "step", "tasks", "train"}
 _EXPORTS = {
     "start": "run", "Run": "run",
     "fit": "train", "supervised": "train", "EarlyStopping": "train", "FitResult": "train",
     "CheckpointManager": "checkpoint", "make_loader": "data", "Budget": "budget",
-    "seed_everything": "env",
+    "seed_everything": "env", "launch": "launcher",
 }
 
 __all__ = sorted(_SUBMODULES | set(_EXPORTS) | {"__version__"})

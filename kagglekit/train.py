@@ -60,6 +60,7 @@ class LoopState:
     loss_sum: float = 0.0  # running train loss of the epoch (sum of step means)
     loss_steps: int = 0
     samples: int = 0  # samples trained on in this session (for samples/s)
+    epoch_samples: int = 0  # samples of the current epoch on this rank
     split: int = 1  # each loader batch is cut into this many chunks (OOM back-off)
     oom_events: list = field(default_factory=list)
     history: list = field(default_factory=list)
@@ -77,7 +78,8 @@ class LoopState:
         loss = float(self.loss_sum)
         return {"step": self.step, "epoch": self.epoch, "batches_done": self.batches_done,
                 "loss_sum": loss, "loss_steps": self.loss_steps, "history": self.history,
-                "split": self.split, "oom_events": self.oom_events}
+                "split": self.split, "oom_events": self.oom_events,
+                "epoch_samples": self.epoch_samples}
 
 
 @dataclass
@@ -103,8 +105,8 @@ class FitResult:
     def summary(self) -> dict:
         """Flat facts for metrics.json."""
         last = self.history[-1] if self.history else {}
-        scores = {k: v for k, v in last.items()
-                  if isinstance(v, (int, float)) and k not in ("epoch", "step", "seconds")}
+        scores = {k: v for k, v in last.items() if isinstance(v, (int, float))
+                  and k not in ("epoch", "step", "seconds", "samples_per_s")}
         return {**scores, "steps": self.steps, "epochs": self.epochs, "stopped": self.stopped,
                 "seconds": round(self.seconds, 3), "precision": self.precision,
                 "compile": self.compile, "resumed_from": self.resumed_from,
@@ -141,7 +143,7 @@ def _agree(flags: list[bool], device: torch.device) -> list[bool]:
 def _default_device() -> torch.device:
     """The launch context's device; else cuda:LOCAL_RANK when there is a GPU."""
     from .gpus import inventory
-    from .launch import context
+    from .launcher import context
     ctx = context()
     if ctx.strategy != "single" or ctx.device.type == "cuda":
         return ctx.device
@@ -152,7 +154,7 @@ def _default_device() -> torch.device:
 
 def _wrap(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     """DDP inside a process group; DataParallel under launch(strategy="dp")."""
-    from .launch import context
+    from .launcher import context
     ddp = torch.nn.parallel.DistributedDataParallel
     if _distributed() and not isinstance(model, ddp):
         return ddp(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -237,7 +239,8 @@ class _Run:
         self.state = LoopState(step=loop["step"], epoch=loop["epoch"],
                                batches_done=loop["batches_done"], loss_sum=loop["loss_sum"],
                                loss_steps=loop["loss_steps"], history=list(loop["history"]),
-                               split=loop.get("split", 1), oom_events=list(loop.get("oom_events", [])))
+                               split=loop.get("split", 1), oom_events=list(loop.get("oom_events", [])),
+                               epoch_samples=loop.get("epoch_samples", 0))
         if self.early_stopping is not None and "early_stopping" in state:
             self.early_stopping.load_state_dict(state["early_stopping"])
         self.resumed_from = str(where.path)
@@ -321,7 +324,9 @@ class _Run:
             micro = [data.to_device(next(batches), self.device) for _ in range(group)]
             started = time.monotonic()
             loss = self.optimizer_step(micro)
-            st.samples += sum(step_mod.batch_size(b) for b in micro)
+            seen = sum(step_mod.batch_size(b) for b in micro)
+            st.samples += seen
+            st.epoch_samples += seen
             st.loss_sum = st.loss_sum + loss
             st.loss_steps += 1
             st.batches_done += group
@@ -339,10 +344,12 @@ class _Run:
     def close_epoch(self, started: float) -> bool:
         """Evaluate, record, schedule, maybe early-stop; True when training should stop."""
         st = self.state
+        seconds = time.monotonic() - started
+        world = dist.get_world_size() if _distributed() else 1
         record = {"epoch": st.epoch, "step": st.step,
                   "train_loss": float(st.loss_sum) / max(st.loss_steps, 1),
-                  "lr": self.optimizer.param_groups[0]["lr"],
-                  "seconds": round(time.monotonic() - started, 3)}
+                  "lr": self.optimizer.param_groups[0]["lr"], "seconds": round(seconds, 3),
+                  "samples_per_s": round(st.epoch_samples * world / max(seconds, 1e-9), 2)}
         record.update(self.evaluate_epoch())
         st.history.append(record)
         if self.scheduler is not None and self.scheduler_interval == "epoch":
@@ -355,6 +362,7 @@ class _Run:
         if self.on_epoch_end is not None:
             self.on_epoch_end(st)
         st.epoch, st.batches_done, st.loss_sum, st.loss_steps = st.epoch + 1, 0, 0.0, 0
+        st.epoch_samples = 0
         return stop
 
     def evaluate_epoch(self) -> dict:

@@ -9,8 +9,8 @@ import torch.distributed as dist
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import data, datasets, gpus, launch as launch_mod, models, step
-from kagglekit.launch import LaunchError, launch
+from kagglekit import data, datasets, gpus, launcher as launch_mod, models, step
+from kagglekit.launcher import LaunchError, launch
 
 LOSS = kk.supervised(F.cross_entropy)
 
@@ -163,7 +163,7 @@ def test_launch_from_a_notebook_run_by_papermill_returns_rank_zeros_value(tmp_pa
         new_code_cell("nprocs = 2", metadata={"tags": ["parameters"]}),
         new_code_cell(
             "import json, torch, torch.distributed as dist\n"
-            "from kagglekit.launch import launch, context\n"
+            "from kagglekit.launcher import launch, context\n"
             "torch.ones(64, 64) @ torch.ones(64, 64)  # the parent used torch before forking\n"
             "def work(scale):  # defined in the notebook: only fork can run it\n"
             "    t = torch.tensor([float(context().rank + 1)])\n"

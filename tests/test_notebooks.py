@@ -48,20 +48,31 @@ def test_quickstart_trains_then_a_rerun_skips_training(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_mistyped_parameter_fails_at_once_naming_it(tmp_path):
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_mistyped_parameter_fails_at_once_naming_it(tmp_path, path):
     import papermill
     with pytest.raises(papermill.PapermillExecutionError, match="did you mean 'epochs'"):
-        run_notebook(REPO / "notebooks" / "quickstart.ipynb", {"epcohs": 1},
-                     output_dir=tmp_path, progress=False)
+        run_notebook(path, {"epcohs": 1}, output_dir=tmp_path, progress=False)
     assert not (tmp_path / "checkpoints").exists()  # nothing ran
 
 
 @pytest.mark.slow
-def test_a_missing_data_dir_fails_with_its_name(tmp_path):
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_missing_data_dir_fails_with_its_name(tmp_path, path):
     import papermill
-    with pytest.raises(papermill.PapermillExecutionError, match="data_dir='/no/such/folder' does not exist"):
-        run_notebook(REPO / "notebooks" / "quickstart.ipynb", {"data_dir": "/no/such/folder"},
-                     output_dir=tmp_path, progress=False)
+    with pytest.raises(papermill.PapermillExecutionError,
+                       match="data_dir='/no/such/folder' does not exist"):
+        run_notebook(path, {"data_dir": "/no/such/folder"}, output_dir=tmp_path, progress=False)
+
+
+@pytest.mark.slow
+def test_a_data_dir_without_the_expected_files_says_which(tmp_path):
+    import papermill
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(papermill.PapermillExecutionError, match=r"lacks \*_volume\.npy"):
+        run_notebook(REPO / "notebooks" / "segmentation_3d.ipynb", {"data_dir": str(empty)},
+                     output_dir=tmp_path / "out", progress=False)
 
 
 def test_overrides_parse_like_python_literals():
@@ -69,3 +80,68 @@ def test_overrides_parse_like_python_literals():
         {"epochs": 3, "lr": 1e-3, "smoke": True, "data_dir": "/x/y"}
     with pytest.raises(ValueError, match="NAME=VALUE"):
         parse_overrides(["epochs"])
+
+
+def _finite_numbers(obj) -> bool:
+    if isinstance(obj, dict):
+        return all(_finite_numbers(v) for v in obj.values())
+    if isinstance(obj, list):
+        return all(_finite_numbers(v) for v in obj)
+    return not isinstance(obj, float) or math.isfinite(obj)
+
+
+@pytest.mark.slow
+def test_sequence_models_compares_three_architectures(tmp_path):
+    out = run_notebook(REPO / "notebooks" / "sequence_models.ipynb", {"smoke": True},
+                       output_dir=tmp_path / "seq", progress=False)
+    m = _metrics(out)
+    assert [r["model"] for r in m["models"]] == ["lstm", "transformer", "mlp"]
+    for row in m["models"]:
+        assert row["samples_per_s"] > 0 and 0 <= row["val_acc"] <= 1 and row["params"] > 0
+        assert row["stopped"] == "completed"
+    assert _finite_numbers(m)
+    for png in ("models.png", "learning_curves_lstm.png", "sequence_models.ipynb"):
+        assert (out / png).exists()
+
+
+@pytest.mark.slow
+def test_segmentation_3d_on_two_ddp_processes_beats_the_baselines(tmp_path):
+    out = run_notebook(REPO / "notebooks" / "segmentation_3d.ipynb",
+                       {"smoke": True, "processes": 2}, output_dir=tmp_path / "seg", progress=False)
+    m = _metrics(out)
+    assert m["fit"]["world_size"] == 2 and m["fit"]["stopped"] == "completed"
+    assert m["test_dice"] > m["baseline_dice_all_background"] == 0.0
+    assert m["test_dice"] > m["baseline_dice_threshold"]  # the 3-D shape matters, not brightness
+    assert _finite_numbers(m)
+    import zipfile
+    names = zipfile.ZipFile(out / "submission.zip").namelist()
+    assert names == [f"{i}.npy" for i in m["test_dice_per_volume"]]
+    assert (out / "slices.png").exists() and (out / "learning_curves.png").exists()
+
+
+@pytest.mark.slow
+def test_segmentation_3d_killed_mid_training_resumes_when_run_again(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    out = tmp_path / "runs"
+    ckpts = out / "segmentation_3d" / "checkpoints" / "unet3d"
+    cmd = [sys.executable, "-m", "kagglekit.cli", "run", "segmentation_3d", "--output", str(out),
+           "-p", "smoke=True", "-p", "epochs=40", "-p", "save_every_min=0.0"]
+    proc = subprocess.Popen(cmd, cwd=REPO, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not list(ckpts.glob("step-*.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # papermill, the kernel and its ranks
+    proc.wait()
+    killed_at = max(int(p.stem.split("-")[1]) for p in ckpts.glob("step-*.json"))
+    assert killed_at < 40 * 8, "the run finished before it was killed"
+    again = run_notebook(REPO / "notebooks" / "segmentation_3d.ipynb",
+                         {"smoke": True, "epochs": 3}, output_dir=out / "segmentation_3d",
+                         progress=False)
+    fit = _metrics(again)["fit"]
+    assert fit["resumed_from"] and "checkpoints/unet3d/step-" in fit["resumed_from"]
+    assert fit["steps"] - fit["steps_this_session"] >= killed_at

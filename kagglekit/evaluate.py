@@ -1,0 +1,45 @@
+"""Validation metrics that are correct under DDP: sums are reduced over every rank."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from . import data
+
+
+def _all_sum(t: torch.Tensor) -> torch.Tensor:
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(t)
+    return t
+
+
+def classification(loader, device, loss=torch.nn.functional.cross_entropy):
+    """``evaluate(model) -> {"val_loss", "val_acc"}`` over ``loader`` (all ranks together)."""
+    def evaluate(model) -> dict:
+        total = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, count
+        for batch in loader:
+            x, y = data.to_device(batch, device)
+            logits = model(x)
+            total += torch.stack([loss(logits.float(), y, reduction="sum").double(),
+                                  (logits.argmax(1) == y).sum().double(),
+                                  torch.tensor(float(len(y)), dtype=torch.float64, device=device)])
+        total = _all_sum(total)
+        return {"val_loss": (total[0] / total[2]).item(), "val_acc": (total[1] / total[2]).item()}
+    return evaluate
+
+
+def segmentation(loader, device, loss_fn):
+    """``evaluate(model) -> {"val_loss", "val_dice"}`` over patches (all ranks together)."""
+    def evaluate(model) -> dict:
+        total = torch.zeros(4, dtype=torch.float64, device=device)  # loss, inter, sizes, n
+        for batch in loader:
+            x, y = data.to_device(batch, device)
+            logits = model(x)
+            pred = (logits > 0).float()
+            total += torch.stack([loss_fn(logits, y).double() * len(y),
+                                  (pred * y).sum().double(), (pred.sum() + y.sum()).double(),
+                                  torch.tensor(float(len(y)), dtype=torch.float64, device=device)])
+        total = _all_sum(total)
+        return {"val_loss": (total[0] / total[3]).item(),
+                "val_dice": (2 * total[1] / total[2].clamp(min=1)).item()}
+    return evaluate
