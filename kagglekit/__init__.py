@@ -9,7 +9,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {"accel", "atomic", "budget", "checkpoint", "data", "datasets", "env", "evaluate",
+_SUBMODULES = {"accel", "atomic", "budget", "cache", "checkpoint", "data", "datasets", "env", "evaluate",
                "gpus", "launcher", "memory", "models", "params", "plots", "precision", "progress",
                "rng", "run", "segment3d", "step", "tasks", "train"}
 _EXPORTS = {

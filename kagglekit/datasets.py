@@ -107,3 +107,73 @@ def load_sequences(folder) -> TensorDataset:
         if missing:
             raise KeyError(f"{path} lacks arrays {sorted(missing)} (needs x: N x T x F, y: N)")
         return TensorDataset(torch.from_numpy(npz["x"]).float(), torch.from_numpy(npz["y"]).long())
+
+
+def series(length: int = 4000, channels: int = 4, seed: int = 0, period: int = 24) -> torch.Tensor:
+    """Multivariate series (length x channels) with trend, two seasonalities and regimes.
+
+    Channel 0 is the target: a trend, a daily (``period``) and a weekly cycle, level
+    and volatility regime changes at random times, and a lagged echo of channel 1
+    (a leading indicator), so that past exogenous values help the forecast.
+    """
+    g = torch.Generator().manual_seed(seed)
+    t = torch.arange(length, dtype=torch.float32)
+    out = torch.zeros(length, channels)
+    for c in range(channels):
+        level = torch.zeros(length)
+        vol = torch.ones(length)
+        for cut in torch.randint(length // 10, length, (4,), generator=g).tolist():
+            level[cut:] += 1.5 * torch.randn(1, generator=g)
+            vol[cut:] *= float(torch.empty(1).uniform_(0.6, 1.6, generator=g))
+        phase = 2 * torch.pi * torch.rand(2, generator=g)
+        out[:, c] = (0.0015 * (c + 1) * t + 2.0 * torch.sin(2 * torch.pi * t / period + phase[0])
+                     + 1.0 * torch.sin(2 * torch.pi * t / (7 * period) + phase[1]) + level
+                     + 0.3 * vol * torch.randn(length, generator=g))
+    if channels > 1:
+        out[6:, 0] += 0.8 * out[:-6, 1] - 0.8 * out[:-6, 1].mean()  # channel 1 leads by 6 steps
+    return out
+
+
+class Windows(torch.utils.data.Dataset):
+    """(past ``lookback`` steps of every channel, next ``horizon`` steps of the target).
+
+    Windows start in [start, end - lookback - horizon]: a window never crosses the
+    bounds of its split, so validation and test stay strictly after training in time.
+    """
+
+    def __init__(self, data: torch.Tensor, lookback: int, horizon: int, start: int = 0,
+                 end: int | None = None, target: int = 0):
+        self.data, self.lookback, self.horizon, self.target = data, lookback, horizon, target
+        self.start, self.end = start, len(data) if end is None else end
+        if len(self) <= 0:
+            raise ValueError(f"split [{start}, {self.end}) is too short for lookback {lookback} "
+                             f"+ horizon {horizon}")
+
+    def __len__(self) -> int:
+        return self.end - self.start - self.lookback - self.horizon + 1
+
+    def __getitem__(self, i: int):
+        if not 0 <= i < len(self):
+            raise IndexError(f"window {i} out of range (0..{len(self) - 1})")
+        s = self.start + i
+        past = self.data[s:s + self.lookback]
+        future = self.data[s + self.lookback:s + self.lookback + self.horizon, self.target]
+        return past, future
+
+
+def time_split(length: int, fractions=(0.7, 0.15, 0.15)) -> list[tuple[int, int]]:
+    """Consecutive [start, end) bounds in time order: train, validation, test."""
+    bounds, start = [], 0
+    for i, f in enumerate(fractions):
+        end = length if i == len(fractions) - 1 else start + int(round(f * length))
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+def load_series(folder) -> torch.Tensor:
+    """Real series from ``series.csv`` (header row; numeric columns; target first)."""
+    import numpy as np
+    from pathlib import Path
+    path = next(Path(folder).rglob("series.csv"))
+    return torch.from_numpy(np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)).float()

@@ -28,6 +28,7 @@ class Run:
     seed: int = 0
     metrics: dict = field(default_factory=dict)
     started: float = field(default_factory=time.time)
+    _cache: object = field(default=None, repr=False)
 
     @property
     def precision(self):
@@ -36,6 +37,21 @@ class Run:
     @property
     def device(self):
         return env.device_for(self.env.gpus)
+
+    @property
+    def cache(self):
+        """This run's result cache (``force_retrain`` recomputes every entry)."""
+        if self._cache is None:
+            from .cache import Cache
+            self._cache = Cache(self.output_dir / "cache", force=bool(self.config.get("force_retrain")))
+        return self._cache
+
+    def cached(self, name: str, config: dict, fn, *, data=None, code=None):
+        """``fn()``'s result for (config, data, code), from the cache when it is there;
+        hits, misses and time saved go to metrics.json."""
+        value = self.cache.get(name, config, fn, data=data, code=code)
+        self.log(cache=self.cache.report())
+        return value
 
     def checkpoints(self, name: str = "model", **kwargs) -> CheckpointManager:
         """A CheckpointManager for ``<output>/checkpoints/<name>`` (also searching inputs)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -114,6 +115,20 @@ class FitResult:
                 "world_size": self.world_size, "samples_per_s": round(self.samples_per_s, 2),
                 "samples_per_s_per_gpu": round(self.samples_per_s / self.world_size, 2),
                 "oom_count": len(self.oom_events), "oom_events": self.oom_events}
+
+
+# Parameters that change how long or how safely a run trains, not what it learns:
+# a checkpoint written under other values of these is still resumed.
+RUN_CONTROL = frozenset({"epochs", "time_budget_s", "save_every_min", "force_retrain", "smoke",
+                         "processes", "max_steps"})
+
+
+def config_changes(saved: dict, current: dict) -> str:
+    """"name: old -> new" for every config key that differs (run-control keys aside)."""
+    keys = (set(saved) | set(current)) - RUN_CONTROL
+    diffs = [f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in sorted(keys)
+             if saved.get(k) != current.get(k)]
+    return ", ".join(diffs)
 
 
 def supervised(criterion: Callable) -> LossFn:
@@ -234,6 +249,13 @@ class _Run:
         if found is None:
             return False
         where, state = found
+        changed = config_changes(where.meta.get("config", {}), self.config)
+        if changed:
+            warnings.warn(f"not resuming from {where.path}: it was trained with a different "
+                          f"config ({changed}); training from scratch", stacklevel=3)
+            if self.rank == 0:
+                self.checkpoints.clear()
+            return False
         restore(state, self.model, self.optimizer, self.scheduler, self.scaler)
         loop = state["loop"]
         self.state = LoopState(step=loop["step"], epoch=loop["epoch"],

@@ -145,3 +145,26 @@ def test_segmentation_3d_killed_mid_training_resumes_when_run_again(tmp_path):
     fit = _metrics(again)["fit"]
     assert fit["resumed_from"] and "checkpoints/unet3d/step-" in fit["resumed_from"]
     assert fit["steps"] - fit["steps_this_session"] >= killed_at
+
+
+@pytest.mark.slow
+def test_timeseries_rerun_hits_the_cache_for_every_model_and_trains_nothing(tmp_path):
+    path = REPO / "notebooks" / "timeseries_forecast.ipynb"
+    out = run_notebook(path, {"smoke": True}, output_dir=tmp_path / "ts", progress=False)
+    first = _metrics(out)
+    assert (first["cache"]["hits"], first["cache"]["misses"]) == (0, 2)
+    rows = {r["model"]: r for r in first["models"]}
+    assert set(rows) == {"seasonal_naive", "lstm", "xgboost", "ensemble"}
+    assert _finite_numbers(first) and all(r["mae"] > 0 for r in rows.values())
+    checkpoints = sorted((out / "checkpoints" / "lstm").glob("step-*"))
+    stamps = [p.stat().st_mtime_ns for p in checkpoints]
+    second = _metrics(run_notebook(path, {"smoke": True}, output_dir=out, progress=False))
+    assert (second["cache"]["hits"], second["cache"]["misses"]) == (2, 0)
+    assert second["cache"]["seconds_saved"] > 0
+    assert [r["mae"] for r in second["models"]] == [r["mae"] for r in first["models"]]
+    assert [p.stat().st_mtime_ns for p in checkpoints] == stamps  # no training step ran
+    forced = _metrics(run_notebook(path, {"smoke": True, "force_retrain": True}, output_dir=out,
+                                   progress=False))
+    assert (forced["cache"]["hits"], forced["cache"]["misses"]) == (0, 2)
+    for png in ("forecast.png", "models.png", "learning_curves_lstm.png"):
+        assert (out / png).exists()

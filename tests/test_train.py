@@ -148,3 +148,18 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         m(x).pow(2).sum().backward()
     for a, b in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_a_checkpoint_of_another_config_is_not_resumed(tmp_path):
+    ds, model = _setup()
+    ckpt = CheckpointManager(tmp_path, search=[])
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    kk.fit(model, opt, data.make_loader(ds, 64, num_workers=0), LOSS, epochs=1,
+           checkpoints=ckpt, progress=False, config={"lr": 0.1, "epochs": 1})
+    longer = kk.fit(model, opt, data.make_loader(ds, 64, num_workers=0), LOSS, epochs=2,
+                    checkpoints=ckpt, progress=False, config={"lr": 0.1, "epochs": 2})
+    assert longer.resumed_from is not None  # more epochs of the same run: resume
+    with pytest.warns(UserWarning, match=r"different config \(lr: 0.1 -> 0.2\)"):
+        other = kk.fit(model, opt, data.make_loader(ds, 64, num_workers=0), LOSS, epochs=1,
+                       checkpoints=ckpt, progress=False, config={"lr": 0.2, "epochs": 1})
+    assert other.resumed_from is None and other.steps == len(ds) // 64

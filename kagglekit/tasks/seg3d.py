@@ -48,7 +48,8 @@ def train_and_predict(cfg: dict, volumes: dict, output_dir: str) -> dict | None:
                  scheduler=scheduler, precision=cfg["precision"], device=ctx.device,
                  accumulate=cfg["accumulate"], clip_grad_norm=1.0, checkpoints=ckpt,
                  save_every_min=cfg["save_every_min"], resume=not cfg["force_retrain"],
-                 time_budget=cfg["time_budget_s"] or None, config=cfg)
+                 time_budget=cfg["time_budget_s"] or None,
+                 config={k: v for k, v in cfg.items() if k != "overlap"})  # inference-only
     if not ctx.is_main:
         return None
     out = {"fit": result.summary(), "history": result.history}
