@@ -32,6 +32,8 @@ test: $(STAMP)
 ## bench: measured ratios against baselines taken in the same run
 bench: $(STAMP)
 	$(PY) benchmarks/loop_overhead.py
+	$(PY) benchmarks/cache_rerun.py
+	$(PY) benchmarks/tune_workers.py
 
 lint: $(STAMP)
 	$(PY) -m compileall -q kagglekit tests benchmarks

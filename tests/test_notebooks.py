@@ -156,11 +156,14 @@ def test_timeseries_rerun_hits_the_cache_for_every_model_and_trains_nothing(tmp_
     rows = {r["model"]: r for r in first["models"]}
     assert set(rows) == {"seasonal_naive", "lstm", "xgboost", "ensemble"}
     assert _finite_numbers(first) and all(r["mae"] > 0 for r in rows.values())
+    assert first["search"]["trials"] == {"COMPLETE": 3}  # the Optuna search ran its total
+    assert (out / "tune_xgboost_best_params.json").exists()
     checkpoints = sorted((out / "checkpoints" / "lstm").glob("step-*"))
     stamps = [p.stat().st_mtime_ns for p in checkpoints]
     second = _metrics(run_notebook(path, {"smoke": True}, output_dir=out, progress=False))
     assert (second["cache"]["hits"], second["cache"]["misses"]) == (2, 0)
     assert second["cache"]["seconds_saved"] > 0
+    assert second["search"]["trials"] == {"COMPLETE": 3}  # the total was reached: no new trial
     assert [r["mae"] for r in second["models"]] == [r["mae"] for r in first["models"]]
     assert [p.stat().st_mtime_ns for p in checkpoints] == stamps  # no training step ran
     forced = _metrics(run_notebook(path, {"smoke": True, "force_retrain": True}, output_dir=out,

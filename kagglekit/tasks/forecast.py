@@ -121,3 +121,17 @@ def forecast_figure(truth_seq: torch.Tensor, preds: dict, title: str = "test for
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def xgboost_objective(cfg: dict, train, val):
+    """Optuna objective: validation MAE of XGBoost with searched depth and learning rate."""
+    import xgboost as xgb
+    x_val, y_val = lag_features(val)
+
+    def objective(trial) -> float:
+        params = {**cfg, "xgb_depth": trial.suggest_int("xgb_depth", 2, 8),
+                  "xgb_lr": trial.suggest_float("xgb_lr", 0.01, 0.3, log=True)}
+        booster = train_xgboost(params, train, val)
+        pred = booster.predict(xgb.DMatrix(x_val), iteration_range=(0, booster.best_iteration + 1))
+        return float(np.abs(pred.reshape(y_val.shape) - y_val).mean())
+    return objective

@@ -1,0 +1,295 @@
+"""Optuna searches that survive Kaggle sessions and use every GPU.
+
+- The study lives in SQLite in the working dir (or any storage URL given), so it is
+  saved with the kernel's output; a new kernel version copies the previous
+  version's study from the attached inputs and carries on.
+- ``n_trials`` is the *total* target across versions: each version runs what is left.
+- Heartbeats mark running trials; a trial whose process died (a killed session, an
+  out-of-memory kill) is failed once its heartbeat is stale and its parameters are
+  retried (Optuna's RetryHeartbeatStaleTrialCallback).
+- Workers: one process per GPU (each sees only its GPU) or N on CPU. A file lock
+  around "count, then ask" makes the total exact: no trial lost, none run twice.
+- A trial is only started when its measured duration still fits the time budget.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import multiprocessing as mp
+import os
+import shutil
+import statistics
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Callable
+
+from . import env
+from .budget import Budget
+
+FINISHED = ("COMPLETE", "PRUNED")
+
+
+def storage_url(path: Path) -> str:
+    return f"sqlite:///{Path(path).resolve()}"
+
+
+def adopt_previous(db: Path, name: str) -> Path | None:
+    """Copy the newest ``<name>.db`` found in the inputs into the working dir.
+
+    Only when the working dir has none: this version's own study is never replaced.
+    """
+    if db.exists():
+        return None
+    found = [p for p in env.find_inputs(f"{name}.db") if p.is_file()]
+    if not found:
+        return None
+    newest = max(found, key=lambda p: p.stat().st_mtime)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(newest, db)  # the input is read-only; SQLite needs to write
+    return newest
+
+
+def _storage(url: str, heartbeat_s: int, grace_s: int, max_retry: int):
+    import optuna
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return _rdb(url, heartbeat_s, grace_s, max_retry)
+
+
+def _rdb(url: str, heartbeat_s: int, grace_s: int, max_retry: int):
+    import optuna
+    return optuna.storages.RDBStorage(
+        url, heartbeat_interval=heartbeat_s, grace_period=grace_s,
+        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+            max_retry=max_retry),
+        engine_kwargs={"connect_args": {"timeout": 60}})  # SQLite: wait for the other writers
+
+
+def load_study(name: str, url: str, direction: str, *, sampler=None, pruner=None,
+               heartbeat_s: int = 10, grace_s: int = 30, max_retry: int = 3):
+    import optuna
+    return optuna.create_study(
+        study_name=name, storage=_storage(url, heartbeat_s, grace_s, max_retry),
+        direction=direction, sampler=sampler, load_if_exists=True,
+        pruner=pruner if pruner is not None else optuna.pruners.MedianPruner(
+            n_startup_trials=3, n_warmup_steps=1))
+
+
+def counts(study) -> dict:
+    out = {}
+    for t in study.get_trials(deepcopy=False):
+        out[t.state.name] = out.get(t.state.name, 0) + 1
+    return out
+
+
+def trial_seconds(study) -> float | None:
+    """Median duration of the finished trials (None before the first)."""
+    durations = [(t.datetime_complete - t.datetime_start).total_seconds()
+                 for t in study.get_trials(deepcopy=False)
+                 if t.state.name in FINISHED and t.datetime_complete and t.datetime_start]
+    return statistics.median(durations) if durations else None
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _heartbeat(storage, trial_id: int, every_s: float):
+    """Record the trial's heartbeat until the block ends (a dead process stops it)."""
+    stop = threading.Event()
+
+    def beat():
+        while not stop.wait(every_s):
+            storage.record_heartbeat(trial_id)
+
+    storage.record_heartbeat(trial_id)
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _next_trial(study, lock: Path, n_trials: int, budget: Budget):
+    """Under the lock: fail stale trials, then ask for a trial if one is still due.
+
+    Returns (trial or None, reason to stop or None).
+    """
+    import optuna
+    with _locked(lock), warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)  # retries are queued as WAITING
+        c = counts(study)
+        finished, running = sum(c.get(s, 0) for s in FINISHED), c.get("RUNNING", 0)
+        if finished + running >= n_trials:
+            return None, "target reached"
+        if c.get("FAIL", 0) > max(3, n_trials):
+            return None, "too many failed trials"
+        typical = trial_seconds(study)
+        if typical is not None and not budget.allows(1.2 * typical):
+            return None, "time budget"
+        # Optuna warns that heartbeats are meant for Study.optimize; _work records them.
+        warnings.filterwarnings("ignore", message="Heartbeat of storage")
+        return study.ask(), None
+
+
+def _work(objective: Callable, name: str, url: str, direction: str, n_trials: int,
+          lock: Path, budget: Budget, options: dict) -> str:
+    """One worker: ask, run with a heartbeat, tell; until the target or the budget."""
+    import optuna
+    study = load_study(name, url, direction, **options)
+    while True:
+        trial, reason = _next_trial(study, lock, n_trials, budget)
+        if trial is None:
+            return reason
+        with _heartbeat(study._storage, trial._trial_id, options.get("heartbeat_s", 10) / 2):
+            try:
+                value = objective(trial)
+            except optuna.TrialPruned:
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                continue
+            except Exception as err:  # noqa: BLE001 - one bad trial must not end the search
+                print(f"kagglekit tune: trial {trial.number} failed: {type(err).__name__}: {err}",
+                      flush=True)
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                continue
+        study.tell(trial, value)
+
+
+def _worker_main(index: int, gpus: int, threads: int, args: tuple) -> None:
+    if gpus:  # before anything touches CUDA in this fresh process
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
+    import torch
+    torch.set_num_threads(threads)
+    try:
+        _work(*args)
+    finally:
+        os._exit(0)  # skip the parent's atexit handlers inherited by fork
+
+
+def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path | str,
+             direction: str = "maximize", workers: int | None = None, storage: str | None = None,
+             time_budget=None, sampler=None, pruner=None, heartbeat_s: int = 10,
+             grace_s: int = 30, max_retry: int = 3):
+    """Run ``objective`` until the study holds ``n_trials`` finished trials in total.
+
+    Args:
+        objective: ``objective(trial) -> float``; report per-epoch values with
+            ``pruning_hook(trial)`` in ``fit(on_epoch_end=...)`` to be pruned early.
+        name: study name; the SQLite file is ``<directory>/<name>.db``.
+        n_trials: total finished (complete or pruned) trials across all sessions.
+        workers: processes (default: one per GPU, else 1). Each sees only its GPU.
+        storage: any Optuna storage URL instead of the SQLite file (e.g. PostgreSQL).
+        time_budget: seconds or a Budget (default: the Kaggle session limit on Kaggle).
+    Returns the study (loaded in this process).
+    """
+    from .gpus import inventory
+    from .gpus import cuda_initialised
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    db = directory / f"{name}.db"
+    if storage is None:
+        adopted = adopt_previous(db, name)
+        if adopted is not None:
+            print(f"kagglekit tune: continuing the study found in {adopted}")
+    url = storage or storage_url(db)
+    options = {"sampler": sampler, "pruner": pruner, "heartbeat_s": heartbeat_s,
+               "grace_s": grace_s, "max_retry": max_retry}
+    study = load_study(name, url, direction, **options)  # creates the tables once
+    gpus = len(inventory())
+    workers = workers or max(1, gpus)
+    args = (objective, name, url, direction, n_trials, directory / f".{name}.lock",
+            Budget.resolve(time_budget), options)
+    if workers == 1:
+        reason = _work(*args)
+    else:
+        if gpus and cuda_initialised():
+            from .launcher import CUDA_INITIALISED
+            raise RuntimeError(CUDA_INITIALISED)
+        ctx = mp.get_context("fork")
+        threads = max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                          else os.cpu_count() or 1) // workers)
+        procs = [ctx.Process(target=_worker_main, args=(i, gpus, threads, args), daemon=True)
+                 for i in range(workers)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        reason = "workers finished"
+    study = load_study(name, url, direction, **options)
+    print(f"kagglekit tune: {name}: {counts(study)} ({reason})")
+    return study
+
+
+def pruning_hook(trial, monitor: str = "val_loss"):
+    """``on_epoch_end`` hook for ``fit``: report ``monitor`` and prune a poor trial."""
+    import optuna
+
+    def hook(state) -> None:
+        value = state.history[-1][monitor]
+        trial.report(value, step=state.epoch)
+        if trial.should_prune():
+            raise optuna.TrialPruned(f"pruned at epoch {state.epoch} ({monitor}={value:.4g})")
+    return hook
+
+
+def report(study, output_dir: Path | str, prefix: str = "tune") -> dict:
+    """Best parameters (JSON), every trial (CSV), Optuna's own plots; a summary dict."""
+    import csv
+    import io
+
+    from . import atomic
+    output_dir = Path(output_dir)
+    trials = study.get_trials(deepcopy=False)
+    params = sorted({k for t in trials for k in t.params})
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["number", "state", "value", "seconds", *params])
+    for t in trials:
+        seconds = (t.datetime_complete - t.datetime_start).total_seconds() \
+            if t.datetime_complete and t.datetime_start else ""
+        writer.writerow([t.number, t.state.name, t.value, seconds, *(t.params.get(p) for p in params)])
+    atomic.write_bytes(output_dir / f"{prefix}_trials.csv", buf.getvalue().encode())
+    completed = [t for t in trials if t.state.name == "COMPLETE"]
+    summary = {"study": study.study_name, "trials": counts(study)}
+    if completed:
+        summary.update(best_value=study.best_value, best_params=study.best_params,
+                       best_trial=study.best_trial.number)
+        atomic.write_json(output_dir / f"{prefix}_best_params.json", study.best_params)
+    summary["plots"] = _plots(study, output_dir, prefix) if len(completed) >= 2 else []
+    return summary
+
+
+def _plots(study, output_dir: Path, prefix: str) -> list[str]:
+    from optuna.visualization import matplotlib as ovm
+
+    from .plots import _pyplot
+    plt = _pyplot()
+    made = []
+    for name, plot in (("history", ovm.plot_optimization_history),
+                       ("importances", ovm.plot_param_importances),
+                       ("parallel", ovm.plot_parallel_coordinate)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Optuna marks these "experimental"
+            try:
+                ax = plot(study)
+            except Exception as err:  # noqa: BLE001 - e.g. one parameter only: no importances
+                print(f"kagglekit tune: no {name} plot ({type(err).__name__}: {err})")
+                continue
+        fig = (ax.flat[0] if hasattr(ax, "flat") else ax).figure
+        path = output_dir / f"{prefix}_{name}.png"
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        made.append(path.name)
+    return made

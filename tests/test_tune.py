@@ -1,0 +1,114 @@
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+from torch.nn import functional as F
+
+import kagglekit as kk
+from kagglekit import data, datasets, models, tune
+
+JOB = Path(__file__).parent / "jobs" / "tune_job.py"
+
+
+def busy_objective(trial):
+    x = trial.suggest_float("x", -3, 3)
+    y = trial.suggest_int("y", 0, 4)
+    total = 0
+    for i in range(200_000):  # CPU work, so two workers really run side by side
+        total += i
+    return -(x - 1) ** 2 - y
+
+
+def test_two_workers_complete_exactly_n_distinct_trials(tmp_path):
+    study = tune.optimize(busy_objective, "two", 12, directory=tmp_path, workers=2,
+                          heartbeat_s=1, grace_s=3)
+    trials = study.get_trials()
+    assert tune.counts(study) == {"COMPLETE": 12}
+    assert sorted(t.number for t in trials) == list(range(12))
+    summary = tune.report(study, tmp_path)
+    assert summary["best_params"].keys() == {"x", "y"}
+    assert (tmp_path / "tune_trials.csv").read_text().count("\n") == 13
+    assert "tune_history.png" in summary["plots"]
+
+
+@pytest.mark.slow
+def test_a_killed_search_restarted_ends_with_exactly_n_and_retries_the_killed_trial(tmp_path):
+    proc = subprocess.Popen([sys.executable, str(JOB), str(tmp_path), "6", "0.5"],
+                            stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("trial 2 started"):
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait()
+    proc.stdout.close()
+    time.sleep(3)  # longer than the grace period: the killed trial's heartbeat is stale
+    done = subprocess.run([sys.executable, str(JOB), str(tmp_path), "6", "0.05"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    study = tune.load_study("killed", tune.storage_url(tmp_path / "killed.db"), "maximize")
+    states = tune.counts(study)
+    assert states == {"COMPLETE": 6, "FAIL": 1}
+    retried = [t for t in study.trials if t.system_attrs.get("failed_trial") == 2]
+    killed = study.trials[2]
+    assert killed.state.name == "FAIL" and len(retried) == 1
+    assert retried[0].params == killed.params and retried[0].state.name == "COMPLETE"
+
+
+def test_a_study_in_an_attached_input_is_continued_not_restarted(tmp_path, kaggle_tree):
+    previous = tmp_path / "v1"
+    tune.optimize(busy_objective, "carry", 4, directory=previous, workers=1)
+    mounted = kaggle_tree / "input" / "notebooks" / "me" / "kernel" / "tune"
+    mounted.mkdir(parents=True)
+    shutil.copy(previous / "carry.db", mounted / "carry.db")
+    first_four = [t.params for t in tune.load_study(
+        "carry", tune.storage_url(previous / "carry.db"), "maximize").trials]
+    working = kaggle_tree / "working" / "tune"
+    study = tune.optimize(busy_objective, "carry", 7, directory=working, workers=1)
+    assert tune.counts(study) == {"COMPLETE": 7}
+    assert [t.params for t in study.trials[:4]] == first_four  # the old trials, kept
+    assert (mounted / "carry.db").stat().st_size == (previous / "carry.db").stat().st_size
+
+
+def _fit_objective(trial):
+    kk.seed_everything(0)
+    ds = datasets.tabular(512, features=16, seed=0)
+    train, val = datasets.split(ds)
+    model = models.MLP(16, 32, 4)
+    lr = trial.suggest_float("lr", 0.0, 0.1)
+    result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=lr),
+                    data.make_loader(train, 32, num_workers=0), kk.supervised(F.cross_entropy),
+                    epochs=4, val_loader=data.make_loader(val, 128, train=False, num_workers=0),
+                    on_epoch_end=tune.pruning_hook(trial, "val_loss"), progress=False)
+    return result.history[-1]["val_loss"]
+
+
+def test_a_deliberately_bad_configuration_is_pruned(tmp_path):
+    study = tune.load_study("prune", tune.storage_url(tmp_path / "prune.db"), "minimize",
+                            pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=0))
+    for lr in (0.05, 0.08, 0.1, 0.0):  # three sound ones, then one that never learns
+        study.enqueue_trial({"lr": lr})
+    study = tune.optimize(_fit_objective, "prune", 4, directory=tmp_path, direction="minimize",
+                          pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=0))
+    states = [t.state.name for t in study.trials]
+    assert states == ["COMPLETE", "COMPLETE", "COMPLETE", "PRUNED"]
+    assert len(study.trials[3].intermediate_values) == 1  # stopped after its first epoch
+
+
+def test_the_time_budget_stops_before_a_trial_that_would_overrun(tmp_path):
+    def slow(trial):
+        trial.suggest_float("x", 0, 1)
+        time.sleep(0.4)
+        return 1.0
+
+    budget = kk.Budget(4.0)
+    study = tune.optimize(slow, "budget", 50, directory=tmp_path, workers=1, time_budget=budget)
+    finished = tune.counts(study).get("COMPLETE", 0)
+    assert 2 <= finished < 50 and tune.counts(study) == {"COMPLETE": finished}
+    # Every trial ended before the deadline: none was started that could not finish.
+    assert all(t.datetime_complete.timestamp() <= budget.deadline for t in study.trials)
