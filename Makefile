@@ -8,7 +8,7 @@ NB ?=
 P ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test bench lint clean
+.PHONY: setup run test bench lint clean build push status output
 
 setup: $(STAMP)
 
@@ -28,6 +28,13 @@ run: $(STAMP)
 ## test: the whole suite on CPU (GPU tests are skipped without a GPU)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+## build / push / status / output: the Kaggle pipeline (NB=name for one notebook)
+build push output: $(STAMP)
+	$(PY) -m kagglekit.cli $@ $(NB)
+
+status: $(STAMP)
+	$(PY) -m kagglekit.cli status $(NB) $(if $(WAIT),--wait)
 
 ## bench: measured ratios against baselines taken in the same run
 bench: $(STAMP)

@@ -1,4 +1,4 @@
-"""Command line: ``python -m kagglekit.cli run [NB ...] [-p NAME=VALUE ...]``."""
+"""Command line: ``python -m kagglekit.cli {run,build,push,status,output} [NB ...]``."""
 from __future__ import annotations
 
 import argparse
@@ -39,6 +39,58 @@ def cmd_run(args) -> int:
     return 0
 
 
+def _names(args) -> list[str]:
+    return [p.stem for p in _notebooks(args.notebooks)]
+
+
+def _kernel(name: str) -> tuple[str, str]:
+    """(owner/slug, slug) of notebook ``name`` from its metadata and the credentials."""
+    from .publish import credentials, metadata
+    meta = metadata.load(Path("kernel-metadata") / f"{name}.json")
+    return f"{credentials.username()}/{meta['slug']}", meta["slug"]
+
+
+def cmd_build(args) -> int:
+    from .publish.build import build
+    for name in _names(args):
+        print(f"built {build(name)}/")
+    return 0
+
+
+def cmd_push(args) -> int:
+    from .publish import kaggle_cli
+    from .publish.build import build
+    folders = [build(name) for name in _names(args)]  # every check passes before any upload
+    for folder in folders:
+        pushed = kaggle_cli.push(folder, accelerator=args.accelerator)
+        print(f"pushed {folder.name}: version {pushed.version} -> {pushed.url}")
+    return 0
+
+
+def cmd_status(args) -> int:
+    from .publish import kaggle_cli
+    failed = False
+    for name in _names(args):
+        kernel, _ = _kernel(name)
+        st = kaggle_cli.wait(kernel, args.timeout) if args.wait else kaggle_cli.status(kernel)
+        print(f"{kernel}: {st.state}" + (f" ({st.failure})" if st.failure else ""))
+        failed |= st.state not in ("COMPLETE", "RUNNING", "QUEUED") or (
+            args.wait and st.state != "COMPLETE")
+    return 1 if failed else 0
+
+
+def cmd_output(args) -> int:
+    from .publish import kaggle_cli
+    for name in _names(args):
+        kernel, slug = _kernel(name)
+        pushed = Path("build/kaggle") / slug / "pushed.json"
+        version = json.loads(pushed.read_text()).get("version") if pushed.exists() else None
+        dest = Path(args.output) / slug / (f"v{version}" if version else "latest")
+        files = kaggle_cli.output(kernel, dest)
+        print(f"{kernel}: {len(files)} files -> {dest}/")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kagglekit")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -47,8 +99,31 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
     run.add_argument("--output", default="runs", help="output root (default: runs/)")
     run.set_defaults(func=cmd_run)
+    for name, func, text in (("build", cmd_build, "render notebooks for Kaggle into build/kaggle/"),
+                             ("push", cmd_push, "build, validate and push as Kaggle kernels"),
+                             ("status", cmd_status, "the Kaggle run's status (non-zero on ERROR)"),
+                             ("output", cmd_output, "download a Kaggle run's outputs")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
+        p.set_defaults(func=func)
+        if name == "push":
+            p.add_argument("--accelerator", default="NvidiaTeslaT4")
+        if name == "status":
+            p.add_argument("--wait", action="store_true", help="poll until done, with back-off")
+            p.add_argument("--timeout", type=float, default=12 * 3600)
+        if name == "output":
+            p.add_argument("--output", default="runs/kaggle")
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except Exception as err:  # the CLI's errors are messages for a person, not tracebacks
+        from .publish import metadata, credentials, kaggle_cli, build
+        known = (metadata.MetadataError, credentials.CredentialsError, kaggle_cli.KaggleError,
+                 build.BuildError)
+        if isinstance(err, known):
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

@@ -1,0 +1,117 @@
+"""Render a notebook for Kaggle: parameters in, the kit embedded, nothing local left.
+
+``build/kaggle/<slug>/`` receives ``<slug>.ipynb`` and ``kernel-metadata.json``.
+Parameters are injected with papermill's prepare-only mode (nothing executes);
+the kit travels as its wheel, base64 in a hidden first cell that installs it
+offline into a private folder put first on ``sys.path`` (the image's torch and
+packages are never touched, and internet may stay off).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from . import credentials, metadata
+
+MAX_SOURCE_BYTES = 1_000_000  # Kaggle refuses a larger notebook (HTTP 400)
+INSTALL_MARK = "# kagglekit: embedded wheel"
+
+
+class BuildError(RuntimeError):
+    """The notebook could not be rendered within Kaggle's limits."""
+
+
+def build_wheel(out_dir: Path) -> Path:
+    """The kit's wheel, built offline from this checkout."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("kagglekit-*.whl"):
+        old.unlink()
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                    "--no-build-isolation", "-w", str(out_dir), "."], check=True)
+    return next(out_dir.glob("kagglekit-*.whl"))
+
+
+def git_state() -> dict:
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+    commit = git("rev-parse", "HEAD") or "unknown"
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    return {"commit": commit, "dirty": dirty}
+
+
+def install_cell(wheel: Path, provenance: dict) -> dict:
+    payload = base64.b64encode(wheel.read_bytes()).decode()
+    source = f'''{INSTALL_MARK} {wheel.name} (commit {provenance["commit"][:12]}{" +dirty" if provenance["dirty"] else ""})
+# Installed offline into a private folder: the image's torch is never touched.
+import base64, os, subprocess, sys, tempfile
+_dir = tempfile.mkdtemp(prefix="kagglekit-")
+_whl = os.path.join(_dir, "{wheel.name}")
+with open(_whl, "wb") as _f:
+    _f.write(base64.b64decode("{payload}"))
+subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                "--target", os.path.join(_dir, "site"), _whl], check=True)
+sys.path.insert(0, os.path.join(_dir, "site"))
+'''
+    return {"cell_type": "code", "execution_count": None, "outputs": [], "source": source,
+            "metadata": {"jupyter": {"source_hidden": True}, "tags": ["kagglekit-install"]}}
+
+
+def render(notebook: Path, params: dict, wheel: Path, out: Path) -> dict:
+    """Inject ``params`` (papermill prepare-only), strip local traces, embed the wheel."""
+    import papermill
+    with tempfile.TemporaryDirectory() as tmp:
+        prepared = Path(tmp) / notebook.name
+        papermill.execute_notebook(str(notebook), str(prepared), parameters=params,
+                                   prepare_only=True, kernel_name="python3", progress_bar=False)
+        nb = json.loads(prepared.read_text())
+    nb["metadata"].pop("papermill", None)
+    for cell in nb["cells"]:
+        cell.get("metadata", {}).pop("papermill", None)
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    provenance = {**git_state(), "version": _version()}
+    nb["cells"].insert(0, install_cell(wheel, provenance))
+    nb["metadata"]["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                    "language": "python"}
+    nb["metadata"]["kagglekit"] = provenance
+    text = json.dumps(nb, indent=1)
+    if len(text.encode()) > MAX_SOURCE_BYTES:
+        raise BuildError(f"{out} would be {len(text.encode()):,} bytes; Kaggle refuses notebooks "
+                         f"over {MAX_SOURCE_BYTES:,}: strip outputs or large literals")
+    out.write_text(text)
+    return provenance
+
+
+def _version() -> str:
+    from .. import __version__
+    return __version__
+
+
+def build(name: str, *, metadata_dir=Path("kernel-metadata"), notebooks_dir=Path("notebooks"),
+          out_root=Path("build/kaggle"), wheel: Path | None = None) -> Path:
+    """Validate, then write ``build/kaggle/<slug>/`` for notebook ``name``; returns the folder."""
+    meta = metadata.load(Path(metadata_dir) / f"{name}.json", Path(notebooks_dir))
+    owner = credentials.username()  # before any work: fail early without credentials
+    out = Path(out_root) / meta["slug"]
+    out.mkdir(parents=True, exist_ok=True)
+    wheel = wheel or build_wheel(Path(out_root) / "_wheel")
+    code_file = f"{meta['slug']}.ipynb"
+    notebook = Path(notebooks_dir) / f"{meta.get('notebook', name)}.ipynb"
+    render(notebook, meta.get("parameters", {}), wheel, out / code_file)
+    (out / "kernel-metadata.json").write_text(
+        json.dumps(metadata.kaggle_metadata(meta, owner, code_file), indent=2) + "\n")
+    _refuse_secrets(out)
+    return out
+
+
+def _refuse_secrets(folder: Path) -> None:
+    for path in folder.iterdir():
+        text = path.read_text(errors="ignore")
+        if any(secret in text for secret in credentials.secret_values()):
+            path.unlink()
+            raise BuildError(f"{path} contained your Kaggle API key and was deleted; "
+                             "never put credentials in notebooks or parameters")

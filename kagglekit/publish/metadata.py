@@ -1,0 +1,105 @@
+"""kernel-metadata/<notebook>.json: the kit's own format, validated before any network call.
+
+The file holds what differs per notebook (slug, title, sources, privacy, internet,
+the parameters it runs with on Kaggle); ``kaggle_metadata`` turns it into the
+kernel-metadata.json that ``kaggle kernels push`` reads, with the owner taken
+from the user's credentials, never from the file.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+CURRENT_SHAPES = {"NvidiaTeslaT4": "GPU T4 x2"}
+RETIRED_SHAPES = {"NvidiaTeslaP100": "retired by Kaggle; sessions land on T4 anyway"}
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{3,48}[a-z0-9]$")
+_OWNER_SLUG = re.compile(r"^[A-Za-z0-9_-]+/[a-z0-9][a-z0-9-]*[a-z0-9]$")
+_MODEL = re.compile(r"^[^/\s]+/[^/\s]+/[^/\s]+/[^/\s]+/\d+$")
+KNOWN = {"slug", "title", "notebook", "is_private", "enable_internet", "machine_shape",
+         "dataset_sources", "competition_sources", "kernel_sources", "model_sources", "keywords",
+         "resume_from_previous_version", "parameters"}
+
+
+class MetadataError(ValueError):
+    """Invalid kernel metadata; the message names the file, the field and the fix."""
+
+
+def slugify(title: str) -> str:
+    """Kaggle's slug of a title: lower case, runs of other characters become one dash."""
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+
+
+def _check_sources(meta: dict, problems: list) -> None:
+    rules = {"dataset_sources": (_OWNER_SLUG, "owner/dataset-slug"),
+             "kernel_sources": (_OWNER_SLUG, "owner/kernel-slug"),
+             "competition_sources": (re.compile(r"^[a-z0-9][a-z0-9-]*$"), "competition-slug"),
+             "model_sources": (_MODEL, "owner/model/framework/variation/version")}
+    for field, (pattern, form) in rules.items():
+        value = meta.get(field, [])
+        if not isinstance(value, list):
+            problems.append((field, f"must be a list of {form!r} strings"))
+            continue
+        for item in value:
+            if not isinstance(item, str) or not pattern.match(item):
+                problems.append((field, f"{item!r} is not of the form {form!r}"))
+
+
+def validate(meta: dict, path: Path, notebooks_dir: Path = Path("notebooks")) -> None:
+    """Raise MetadataError listing every problem, each with its field and fix."""
+    problems = []
+    for key in sorted(set(meta) - KNOWN):
+        problems.append((key, f"unknown field (Kaggle ignores unknown keys silently); known: "
+                              f"{', '.join(sorted(KNOWN))}"))
+    slug, title = meta.get("slug", ""), meta.get("title", "")
+    if not isinstance(slug, str) or not _SLUG.match(slug):
+        problems.append(("slug", f"{slug!r} must be 5-50 lower-case letters, digits or dashes, "
+                                 "without owner or version (the owner comes from your credentials)"))
+    if not isinstance(title, str) or len(title) < 5:
+        problems.append(("title", f"{title!r} must have at least 5 characters"))
+    elif isinstance(slug, str) and slugify(title) != slug:
+        problems.append(("title", f"{title!r} slugifies to {slugify(title)!r}, not the slug "
+                                  f"{slug!r}: make them agree or Kaggle may create another kernel"))
+    notebook = notebooks_dir / f"{meta.get('notebook', path.stem)}.ipynb"
+    if not notebook.exists():
+        problems.append(("notebook", f"{notebook} does not exist"))
+    for field in ("is_private", "enable_internet"):
+        if not isinstance(meta.get(field), bool):
+            problems.append((field, f"must be set explicitly to true or false (got "
+                                    f"{meta.get(field)!r}); the CLI defaults enable_internet to TRUE"))
+    shape = meta.get("machine_shape")
+    if shape in RETIRED_SHAPES:
+        problems.append(("machine_shape", f"{shape!r} is {RETIRED_SHAPES[shape]}: use 'NvidiaTeslaT4'"))
+    elif shape not in CURRENT_SHAPES:
+        problems.append(("machine_shape", f"{shape!r} is not a current shape; use one of "
+                                          f"{sorted(CURRENT_SHAPES)} ('NvidiaTeslaT4' = GPU T4 x2)"))
+    _check_sources(meta, problems)
+    if not isinstance(meta.get("parameters", {}), dict):
+        problems.append(("parameters", "must be an object of notebook parameters"))
+    if problems:
+        lines = "\n".join(f"  {path}: {field}: {why}" for field, why in problems)
+        raise MetadataError(f"invalid kernel metadata:\n{lines}")
+
+
+def load(path: Path, notebooks_dir: Path = Path("notebooks")) -> dict:
+    try:
+        meta = json.loads(Path(path).read_text())
+    except ValueError as err:
+        raise MetadataError(f"{path}: not valid JSON ({err})") from None
+    validate(meta, Path(path), notebooks_dir)
+    return meta
+
+
+def kaggle_metadata(meta: dict, owner: str, code_file: str) -> dict:
+    """The kernel-metadata.json that ``kaggle kernels push`` reads."""
+    kernel_id = f"{owner}/{meta['slug']}"
+    kernel_sources = list(meta.get("kernel_sources", []))
+    if meta.get("resume_from_previous_version") and kernel_id not in kernel_sources:
+        kernel_sources.append(kernel_id)  # mounts this kernel's last output: the resume chain
+    return {"id": kernel_id, "title": meta["title"], "code_file": code_file, "language": "python",
+            "kernel_type": "notebook", "is_private": meta["is_private"], "enable_gpu": True,
+            "enable_internet": meta["enable_internet"], "machine_shape": meta["machine_shape"],
+            "dataset_sources": meta.get("dataset_sources", []),
+            "competition_sources": meta.get("competition_sources", []),
+            "kernel_sources": kernel_sources, "model_sources": meta.get("model_sources", []),
+            "keywords": meta.get("keywords", [])}

@@ -1,0 +1,131 @@
+"""The Kaggle pipeline: metadata validation, build, and the real `kaggle` CLI talking to
+a loopback server of ours (tests/kaggle_server.py)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kagglekit.publish import metadata
+from kagglekit.publish.metadata import MetadataError
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from kaggle_server import FakeKaggle  # noqa: E402
+
+GOOD = json.loads((REPO / "kernel-metadata" / "quickstart.json").read_text())
+
+
+def _clean_env(extra: dict) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("KAGGLE", "KAGGLEKIT")) and k.lower() not in ("http_proxy", "https_proxy", "no_proxy")}
+    return {**env, **extra}
+
+
+def _cli(*args, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kagglekit.cli", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("notebook", sorted(p.stem for p in (REPO / "kernel-metadata").glob("*.json")))
+def test_every_notebook_has_valid_metadata(notebook):
+    meta = metadata.load(REPO / "kernel-metadata" / f"{notebook}.json", REPO / "notebooks")
+    assert meta["machine_shape"] == "NvidiaTeslaT4" and meta["enable_internet"] is False
+
+
+@pytest.mark.parametrize("change, field, fix", [
+    ({"slug": "abc"}, "slug", "5-50 lower-case"),
+    ({"slug": "tester/kagglekit-quickstart"}, "slug", "without owner"),
+    ({"title": "abc"}, "title", "at least 5"),
+    ({"title": "Something Else"}, "title", "slugifies to 'something-else'"),
+    ({"notebook": "nope"}, "notebook", "does not exist"),
+    ({"is_private": "true"}, "is_private", "explicitly"),
+    ({"enable_internet": None}, "enable_internet", "defaults enable_internet to TRUE"),
+    ({"machine_shape": "NvidiaTeslaP100"}, "machine_shape", "retired"),
+    ({"machine_shape": "T4"}, "machine_shape", "not a current shape"),
+    ({"dataset_sources": ["just-a-slug"]}, "dataset_sources", "owner/dataset-slug"),
+    ({"kernel_sources": "me/k"}, "kernel_sources", "must be a list"),
+    ({"competition_sources": ["Bad Name"]}, "competition_sources", "competition-slug"),
+    ({"model_sources": ["me/model/pytorch/default"]}, "model_sources", "owner/model/framework"),
+    ({"enable_gpu": True}, "enable_gpu", "unknown field"),
+])
+def test_each_metadata_rule_names_the_file_field_and_fix(tmp_path, change, field, fix):
+    path = tmp_path / "quickstart.json"
+    with pytest.raises(MetadataError) as err:
+        metadata.validate({**GOOD, **change}, path, REPO / "notebooks")
+    assert f"{path}: {field}:" in str(err.value) and fix in str(err.value)
+
+
+def test_missing_credentials_fail_before_any_work(tmp_path):
+    env = _clean_env({"HOME": str(tmp_path), "KAGGLE_CONFIG_DIR": str(tmp_path / "none")})
+    done = _cli("push", "quickstart", env=env)
+    assert done.returncode == 2 and "no Kaggle credentials" in done.stderr
+    assert "chmod 600" in done.stderr
+
+
+@pytest.mark.slow
+def test_push_sends_t4x2_no_internet_sources_and_the_embedded_notebook(tmp_path):
+    with FakeKaggle() as kaggle:
+        env = _clean_env(kaggle.env(tmp_path))
+        done = _cli("push", "quickstart", env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "version 1 -> http://localhost/code/" in done.stdout
+        sent = kaggle.pushed()[0]
+    assert sent["slug"] == "tester/kagglekit-quickstart"
+    assert sent["machineShape"] == "NvidiaTeslaT4" and not sent.get("enableInternet")
+    assert sent["kernelDataSources"] == ["tester/kagglekit-quickstart"]  # the resume chain
+    nb = json.loads(sent["text"])
+    assert nb["cells"][0]["source"].startswith("# kagglekit: embedded wheel kagglekit-")
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    injected = [c for c in nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
+    assert "epochs = 20" in injected[0]["source"]  # the Kaggle parameters, rendered in
+    assert "papermill" not in nb["metadata"] and str(REPO) not in sent["text"]
+    assert kaggle.key not in sent["text"]  # credentials never travel in the notebook
+    built = REPO / "build" / "kaggle" / "kagglekit-quickstart"
+    assert all(kaggle.key not in p.read_text() for p in built.iterdir())
+
+
+@pytest.mark.slow
+def test_a_server_side_refusal_makes_push_fail_with_its_message(tmp_path):
+    with FakeKaggle() as kaggle:
+        kaggle.push_error = "Notebook quota exceeded"
+        done = subprocess.run(["make", "-s", "push", "NB=quickstart"], cwd=REPO, capture_output=True,
+                              text=True, env=_clean_env(kaggle.env(tmp_path)), timeout=600)
+    assert done.returncode != 0
+    assert "Kaggle refused the push" in done.stderr and "Notebook quota exceeded" in done.stderr
+
+
+def test_status_error_fails_and_complete_passes(tmp_path):
+    with FakeKaggle() as kaggle:
+        env = _clean_env(kaggle.env(tmp_path))
+        assert _cli("status", "quickstart", env=env).returncode == 0
+        kaggle.status, kaggle.failure = "ERROR", "CUDA error: out of memory"
+        done = _cli("status", "quickstart", env=env)
+    assert done.returncode == 1
+    assert "ERROR" in done.stdout and "CUDA error: out of memory" in done.stdout
+
+
+def test_output_download_keeps_subfolders(tmp_path):
+    with FakeKaggle() as kaggle:
+        kaggle.files = {"metrics.json": b'{"fit": {}}', "checkpoints/mlp/step-00000010.json": b"{}",
+                        "learning_curves.png": b"\x89PNG"}
+        out = tmp_path / "runs"
+        done = _cli("output", "quickstart", "--output", str(out), env=_clean_env(kaggle.env(tmp_path)))
+        assert done.returncode == 0, done.stdout + done.stderr
+    dest = out / "kagglekit-quickstart"
+    got = sorted(str(p.relative_to(next(dest.iterdir()))) for p in dest.rglob("*") if p.is_file())
+    assert "checkpoints/mlp/step-00000010.json" in got and "metrics.json" in got
+    assert "kagglekit-quickstart.log" in got
+
+
+def test_a_world_readable_kaggle_json_is_warned_about(tmp_path, monkeypatch):
+    from kagglekit.publish import credentials
+    folder = tmp_path / ".kaggle"
+    folder.mkdir()
+    (folder / "kaggle.json").write_text('{"username": "me", "key": "k" }')
+    (folder / "kaggle.json").chmod(0o644)
+    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(folder))
+    with pytest.warns(UserWarning, match="readable by other users.*chmod 600"):
+        assert credentials.username() == "me"
