@@ -8,7 +8,7 @@ NB ?=
 P ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test bench lint clean build push status output
+.PHONY: setup run test bench lint clean build push status output compare
 
 setup: $(STAMP)
 
@@ -29,8 +29,8 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-## build / push / status / output: the Kaggle pipeline (NB=name for one notebook)
-build push output: $(STAMP)
+## build / push / status / output / compare: the Kaggle pipeline (NB=name for one notebook; WAIT=1 polls)
+build push output compare: $(STAMP)
 	$(PY) -m kagglekit.cli $@ $(NB)
 
 status: $(STAMP)

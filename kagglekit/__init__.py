@@ -10,7 +10,7 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = {"accel", "atomic", "budget", "cache", "checkpoint", "data", "datasets", "env", "evaluate",
-               "gpus", "launcher", "memory", "models", "params", "plots", "precision", "progress",
+               "gpus", "launcher", "memory", "models", "params", "plots", "precision", "progress", "publish", "report",
                "rng", "run", "segment3d", "step", "tasks", "train", "tune"}
 _EXPORTS = {
     "start": "run", "Run": "run",

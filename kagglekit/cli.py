@@ -1,4 +1,4 @@
-"""Command line: ``python -m kagglekit.cli {run,build,push,status,output} [NB ...]``."""
+"""Command line: ``python -m kagglekit.cli {run,build,push,status,output,compare} [NB ...]``."""
 from __future__ import annotations
 
 import argparse
@@ -91,6 +91,27 @@ def cmd_output(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from . import report
+    failed = False
+    for name in _names(args):
+        from .publish import metadata
+        slug = metadata.load(Path("kernel-metadata") / f"{name}.json")["slug"]
+        local = Path(args.runs) / name / "metrics.json"
+        remote = sorted((Path(args.runs) / "kaggle" / slug).glob("*/metrics.json"),
+                        key=lambda p: p.stat().st_mtime)
+        if not local.exists() or not remote:
+            print(f"{name}: need {local} (make run NB={name}) and a downloaded Kaggle run "
+                  f"(make output NB={name})", file=sys.stderr)
+            failed = True
+            continue
+        result = report.compare(json.loads(local.read_text()), json.loads(remote[-1].read_text()))
+        path = report.write(result, remote[-1].parent, f"{name}: local vs Kaggle")
+        print(path.read_text())
+        failed |= not result["ok"]
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kagglekit")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -102,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, func, text in (("build", cmd_build, "render notebooks for Kaggle into build/kaggle/"),
                              ("push", cmd_push, "build, validate and push as Kaggle kernels"),
                              ("status", cmd_status, "the Kaggle run's status (non-zero on ERROR)"),
-                             ("output", cmd_output, "download a Kaggle run's outputs")):
+                             ("output", cmd_output, "download a Kaggle run's outputs"),
+                             ("compare", cmd_compare, "local metrics against the Kaggle run's")):
         p = sub.add_parser(name, help=text)
         p.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
         p.set_defaults(func=func)
@@ -113,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--timeout", type=float, default=12 * 3600)
         if name == "output":
             p.add_argument("--output", default="runs/kaggle")
+        if name == "compare":
+            p.add_argument("--runs", default="runs")
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -127,6 +127,7 @@ def report(precision: str = "auto", output_dir: Path | None = None,
         "torch": torch.__version__,
         "cuda": torch.version.cuda or "none",
         "kagglekit": __version__,
+        "kagglekit_path": str(Path(__file__).resolve().parent),  # which copy ran (embedded?)
         "input_roots": [str(p) for p in here.input_roots],
         "output_dir": str(output_dir) if output_dir else "",
     }
@@ -135,3 +136,21 @@ def report(precision: str = "auto", output_dir: Path | None = None,
         shown = {k: v for k, v in data.items() if k != "gpus"}
         print("kagglekit environment\n" + str(EnvReport(here, gpus, policy, shown)), file=sys.stdout)
     return env
+
+
+def check_accelerator(gpus: list, expected: str) -> dict:
+    """Did Kaggle give the GPUs the push asked for? ``expected`` is "count:name" ("2:T4").
+
+    Kaggle may substitute another shape silently; a run on the wrong hardware is
+    said loudly at the top of the notebook and recorded in metrics.json.
+    """
+    count, _, name = expected.partition(":")
+    found = [g.name for g in gpus]
+    ok = len(found) == int(count) and all(name in g for g in found)
+    if not ok:
+        banner = "!" * 78
+        print(f"{banner}\nkagglekit: this session asked for {count} x {name} but got "
+              f"{', '.join(found) or 'no GPU'}. Timings and throughput will not match a T4 x2 "
+              f"run; check the notebook's Accelerator setting (machine_shape).\n{banner}",
+              file=sys.stderr, flush=True)
+    return {"expected": f"{count} x {name}", "found": found, "ok": ok}

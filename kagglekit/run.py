@@ -7,6 +7,7 @@ the plots of the run in that one folder.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,5 +120,8 @@ def start(namespace: dict, name: str, *, smoke: dict | None = None,
     run = Run(name=name, config=json.loads(json.dumps(config, default=str)), output_dir=output,
               env=report, seed=seed)
     run.data_dir()  # fail now, before any work, if the folder is missing
+    expected = os.environ.get("KAGGLEKIT_EXPECT_GPUS")  # set by the pushed notebook
+    if expected:
+        run.metrics["accelerator"] = env.check_accelerator(report.gpus, expected)
     run.save_metrics()
     return run

@@ -48,3 +48,13 @@ def test_seeding_repeats_every_generator():
     first = (random.random(), np.random.rand(), torch.rand(1).item())
     env.seed_everything(3)
     assert first == (random.random(), np.random.rand(), torch.rand(1).item())
+
+
+def test_a_run_on_other_gpus_than_pushed_for_says_so_loudly(capsys):
+    t4 = [gpus.GPU(i, "Tesla T4", 15.0, (7, 5)) for i in range(2)]
+    assert env.check_accelerator(t4, "2:T4")["ok"]
+    assert "asked for" not in capsys.readouterr().err
+    p100 = [gpus.GPU(0, "Tesla P100-PCIE-16GB", 16.0, (6, 0))]
+    result = env.check_accelerator(p100, "2:T4")
+    assert not result["ok"] and result["found"] == ["Tesla P100-PCIE-16GB"]
+    assert "asked for 2 x T4 but got Tesla P100-PCIE-16GB" in capsys.readouterr().err

@@ -129,3 +129,88 @@ def test_a_world_readable_kaggle_json_is_warned_about(tmp_path, monkeypatch):
     monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(folder))
     with pytest.warns(UserWarning, match="readable by other users.*chmod 600"):
         assert credentials.username() == "me"
+
+
+def _sandbox(root: Path, inputs_from: Path | None = None) -> Path:
+    """A Kaggle-like tree: read-only input/ (optionally holding a previous output)."""
+    import shutil
+    (root / "working").mkdir(parents=True)
+    (root / "input").mkdir()
+    if inputs_from is not None:
+        shutil.copytree(inputs_from, root / "input" / "notebooks" / "tester" / "kagglekit-quickstart")
+    for path in [root / "input", *(root / "input").rglob("*")]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    return root
+
+
+def _run_in_sandbox(notebook: Path, root: Path, kernels: Path, monkeypatch) -> dict:
+    import papermill
+    for name, value in {"KAGGLEKIT_ROOT": str(root), "KAGGLE_KERNEL_RUN_TYPE": "Batch",
+                        "JUPYTER_PATH": str(kernels), "PIP_NO_INDEX": "1",
+                        "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}.items():
+        monkeypatch.setenv(name, value)  # the kernel inherits them; no network is reachable
+    papermill.execute_notebook(str(notebook), str(root / "working" / notebook.name),
+                               kernel_name="python3", cwd=str(root / "working"), progress_bar=False)
+    return json.loads((root / "working" / "metrics.json").read_text())
+
+
+@pytest.mark.slow
+def test_the_pushed_notebook_runs_in_a_kaggle_like_sandbox_and_resumes_from_its_output(
+        tmp_path, monkeypatch):
+    from kagglekit.publish.build import build
+    with FakeKaggle() as kaggle:
+        for k, v in kaggle.env(tmp_path / "home").items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.chdir(REPO)
+        built = build("quickstart", out_root=tmp_path / "build", overrides={"smoke": True})
+    notebook = built / "kagglekit-quickstart.ipynb"
+    kernels = tmp_path / "kernels"
+    (kernels / "kernels" / "python3").mkdir(parents=True)
+    (kernels / "kernels" / "python3" / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, str(REPO / "tests" / "jobs" / "sandbox_kernel.py"), "-f",
+                 "{connection_file}"], "display_name": "sandbox", "language": "python"}))
+    first = _run_in_sandbox(notebook, _sandbox(tmp_path / "v1"), kernels, monkeypatch)
+    assert first["env"]["kagglekit_path"].startswith(tempfile_root())  # the embedded wheel ran
+    assert first["env"]["where"] == "kaggle (Batch) [simulated]"
+    assert first["fit"]["stopped"] == "completed" and first["fit"]["resumed_from"] is None
+    assert first["accelerator"] == {"expected": "2 x T4", "found": [], "ok": False}  # CPU sandbox
+    second = _run_in_sandbox(notebook, _sandbox(tmp_path / "v2", inputs_from=tmp_path / "v1" / "working"),
+                             kernels, monkeypatch)
+    assert second["fit"]["stopped"] == "already_complete"
+    assert "/input/notebooks/tester/kagglekit-quickstart/checkpoints/mlp/" in second["fit"]["resumed_from"]
+
+
+def tempfile_root() -> str:
+    import tempfile
+    return str(Path(tempfile.gettempdir()) / "kagglekit-")
+
+
+def test_compare_flags_a_score_that_moved_over_ten_percent_and_an_oom():
+    from kagglekit import report
+    local = {"fit": {"val_loss": 0.50, "oom_count": 0, "stopped": "completed"}, "test_dice": 0.80,
+             "wall_seconds": 100.0, "config": {"lr": 0.1}}
+    close = {"fit": {"val_loss": 0.505, "oom_count": 0, "stopped": "completed"}, "test_dice": 0.79,
+             "wall_seconds": 40.0}
+    ok = report.compare(local, close)
+    assert ok["ok"] and {r["metric"]: r["verdict"] for r in ok["rows"]} == \
+        {"fit.val_loss": "fine", "test_dice": "fine"}
+    assert ok["checks"]["GPU utilisation above 70%"] is None  # not measured: said so, not passed
+    bad = report.compare(local, {"fit": {"val_loss": 0.60, "oom_count": 2, "stopped": "time_budget"},
+                                 "test_dice": 0.70})
+    assert not bad["ok"]
+    assert bad["checks"] == {"scores within 10%": False, "finished within the time budget": False,
+                             "no out-of-memory": False, "GPU utilisation above 70%": None}
+    text = report.markdown(bad, "demo")
+    assert "| fit.val_loss | 0.5 | 0.6 | +20.0% | FAIL |" in text and "Overall: FAILED" in text
+
+
+def test_make_compare_writes_the_report_next_to_the_kaggle_run(tmp_path):
+    runs = tmp_path / "runs"
+    (runs / "quickstart").mkdir(parents=True)
+    (runs / "quickstart" / "metrics.json").write_text(json.dumps({"fit": {"val_loss": 0.5}}))
+    kaggle_run = runs / "kaggle" / "kagglekit-quickstart" / "v3"
+    kaggle_run.mkdir(parents=True)
+    (kaggle_run / "metrics.json").write_text(json.dumps({"fit": {"val_loss": 0.7}}))
+    done = _cli("compare", "quickstart", "--runs", str(runs), env=_clean_env({}))
+    assert done.returncode == 1 and "FAIL" in done.stdout
+    assert (kaggle_run / "compare.md").exists() and (kaggle_run / "compare.png").exists()

@@ -43,8 +43,12 @@ def git_state() -> dict:
     return {"commit": commit, "dirty": dirty}
 
 
-def install_cell(wheel: Path, provenance: dict) -> dict:
+EXPECTED_GPUS = {"NvidiaTeslaT4": "2:T4"}  # machine_shape -> "count:name" the run must see
+
+
+def install_cell(wheel: Path, provenance: dict, machine_shape: str = "NvidiaTeslaT4") -> dict:
     payload = base64.b64encode(wheel.read_bytes()).decode()
+    expect = EXPECTED_GPUS.get(machine_shape, "")
     source = f'''{INSTALL_MARK} {wheel.name} (commit {provenance["commit"][:12]}{" +dirty" if provenance["dirty"] else ""})
 # Installed offline into a private folder: the image's torch is never touched.
 import base64, os, subprocess, sys, tempfile
@@ -55,12 +59,14 @@ with open(_whl, "wb") as _f:
 subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
                 "--target", os.path.join(_dir, "site"), _whl], check=True)
 sys.path.insert(0, os.path.join(_dir, "site"))
+os.environ["KAGGLEKIT_EXPECT_GPUS"] = "{expect}"  # kk.start() checks the GPUs Kaggle gave
 '''
     return {"cell_type": "code", "execution_count": None, "outputs": [], "source": source,
             "metadata": {"jupyter": {"source_hidden": True}, "tags": ["kagglekit-install"]}}
 
 
-def render(notebook: Path, params: dict, wheel: Path, out: Path) -> dict:
+def render(notebook: Path, params: dict, wheel: Path, out: Path,
+           machine_shape: str = "NvidiaTeslaT4") -> dict:
     """Inject ``params`` (papermill prepare-only), strip local traces, embed the wheel."""
     import papermill
     with tempfile.TemporaryDirectory() as tmp:
@@ -74,7 +80,7 @@ def render(notebook: Path, params: dict, wheel: Path, out: Path) -> dict:
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None
     provenance = {**git_state(), "version": _version()}
-    nb["cells"].insert(0, install_cell(wheel, provenance))
+    nb["cells"].insert(0, install_cell(wheel, provenance, machine_shape))
     nb["metadata"]["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                     "language": "python"}
     nb["metadata"]["kagglekit"] = provenance
@@ -92,8 +98,12 @@ def _version() -> str:
 
 
 def build(name: str, *, metadata_dir=Path("kernel-metadata"), notebooks_dir=Path("notebooks"),
-          out_root=Path("build/kaggle"), wheel: Path | None = None) -> Path:
-    """Validate, then write ``build/kaggle/<slug>/`` for notebook ``name``; returns the folder."""
+          out_root=Path("build/kaggle"), wheel: Path | None = None,
+          overrides: dict | None = None) -> Path:
+    """Validate, then write ``build/kaggle/<slug>/`` for notebook ``name``; returns the folder.
+
+    ``overrides`` replace some of the metadata's Kaggle parameters (e.g. a smoke run).
+    """
     meta = metadata.load(Path(metadata_dir) / f"{name}.json", Path(notebooks_dir))
     owner = credentials.username()  # before any work: fail early without credentials
     out = Path(out_root) / meta["slug"]
@@ -101,7 +111,8 @@ def build(name: str, *, metadata_dir=Path("kernel-metadata"), notebooks_dir=Path
     wheel = wheel or build_wheel(Path(out_root) / "_wheel")
     code_file = f"{meta['slug']}.ipynb"
     notebook = Path(notebooks_dir) / f"{meta.get('notebook', name)}.ipynb"
-    render(notebook, meta.get("parameters", {}), wheel, out / code_file)
+    render(notebook, {**meta.get("parameters", {}), **(overrides or {})}, wheel, out / code_file,
+           meta["machine_shape"])
     (out / "kernel-metadata.json").write_text(
         json.dumps(metadata.kaggle_metadata(meta, owner, code_file), indent=2) + "\n")
     _refuse_secrets(out)
