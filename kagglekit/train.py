@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from . import accel, data, precision as precision_mod, step as step_mod
+from . import accel, data, monitor, precision as precision_mod, step as step_mod
 from .budget import Budget
 from .checkpoint import CheckpointManager, restore, snapshot
 from .progress import bar as progress_bar
@@ -98,6 +98,13 @@ class FitResult:
     world_size: int = 1
     samples_per_s: float = 0.0  # all ranks together, this session
     oom_events: list = field(default_factory=list)
+    breakdown: dict = field(default_factory=dict)  # StepTimer.summary()
+    gpu: dict = field(default_factory=dict)  # GPUSampler.summary()
+    gpu_samples: list = field(default_factory=list)
+
+    def diagnosis(self) -> dict:
+        """Why the GPU sat idle (or that it did not), with advice."""
+        return monitor.diagnose(self.breakdown, self.gpu, len(self.oom_events))
 
     @property
     def finished(self) -> bool:
@@ -114,7 +121,9 @@ class FitResult:
                 "checkpoint": self.checkpoint, "steps_this_session": self.steps_this_session,
                 "world_size": self.world_size, "samples_per_s": round(self.samples_per_s, 2),
                 "samples_per_s_per_gpu": round(self.samples_per_s / self.world_size, 2),
-                "oom_count": len(self.oom_events), "oom_events": self.oom_events}
+                "oom_count": len(self.oom_events), "oom_events": self.oom_events,
+                "step_breakdown": self.breakdown, "gpu": self.gpu,
+                "diagnosis": self.diagnosis() if self.breakdown.get("sampled_steps") else None}
 
 
 # Parameters that change how long or how safely a run trains, not what it learns:
@@ -219,6 +228,7 @@ class _Run:
         self.step_s = 0.0  # moving average of one optimizer step
         self.save_s = 0.0  # duration of the last save
         self.last_save = time.monotonic()
+        self.timer = monitor.StepTimer(self.device, self.profile_every)
 
     # ---- checkpoints ---------------------------------------------------
     def save(self, final: bool = False) -> None:
@@ -296,7 +306,7 @@ class _Run:
             self.save()
         return None
 
-    def optimizer_step(self, micro: list) -> torch.Tensor:
+    def optimizer_step(self, micro: list, timer=None) -> torch.Tensor:
         """One optimizer step over ``micro``; on OOM all ranks shrink the batch together."""
         manual = self.oom_backoff and _distributed()
         while True:
@@ -314,9 +324,13 @@ class _Run:
             if not oom:
                 break
             self.back_off(micro)
+        if timer:
+            timer.mark("compute")
         if manual:
             step_mod.all_reduce_gradients(self.model)
         step_mod.apply(self.model, self.optimizer, self.scaler, self.clip_grad_norm)
+        if timer:
+            timer.mark("optimizer")
         return loss
 
     def back_off(self, micro: list) -> None:
@@ -343,10 +357,20 @@ class _Run:
             next(batches)
         while st.batches_done < per_epoch:
             group = min(self.accumulate, per_epoch - st.batches_done)
-            micro = [data.to_device(next(batches), self.device) for _ in range(group)]
+            timer = self.timer if self.timer.sampled(st.step) else None
+            if timer:
+                timer.mark("start")
+            raw = [next(batches) for _ in range(group)]
+            if timer:
+                timer.mark("data_wait")
+            micro = [data.to_device(b, self.device) for b in raw]
+            if timer:
+                timer.mark("h2d")
             started = time.monotonic()
-            loss = self.optimizer_step(micro)
+            loss = self.optimizer_step(micro, timer)
             seen = sum(step_mod.batch_size(b) for b in micro)
+            if timer:
+                timer.record(st.step, seen)
             st.samples += seen
             st.epoch_samples += seen
             st.loss_sum = st.loss_sum + loss
@@ -409,7 +433,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
         checkpoints: CheckpointManager | None = None, save_every_min: float | None = 20.0,
         resume: bool = True, time_budget=None, early_stopping: EarlyStopping | None = None,
         on_step_end: Callable | None = None, on_epoch_end: Callable | None = None,
-        oom_backoff: bool = True, min_batch: int = 1, progress: bool = True,
+        oom_backoff: bool = True, min_batch: int = 1, profile_every: int = 25,
+        monitor_gpu: bool = True, progress: bool = True,
         config: dict | None = None) -> FitResult:
     """Train ``model`` and return its history; resumable at any optimizer step.
 
@@ -441,6 +466,9 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
             (same effective batch), down to ``min_batch`` samples per GPU. Under DDP all
             ranks agree on it; gradients are then all-reduced after the backward pass
             (no overlap with compute): pass False for DDP's overlapped sync.
+        profile_every: time the phases of one step in this many (data wait, copy,
+            compute, optimizer); only those steps synchronise with the GPU.
+        monitor_gpu: sample GPU utilisation and memory through NVML (rank 0, on GPU).
         config: stored in every checkpoint's sidecar.
     """
     if scheduler_interval not in ("step", "epoch"):
@@ -463,11 +491,17 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
                save_every_min=save_every_min, resume_enabled=resume,
                budget=Budget.resolve(time_budget), early_stopping=early_stopping,
                on_step_end=on_step_end, on_epoch_end=on_epoch_end, oom_backoff=oom_backoff,
-               min_batch=min_batch, config=config or {})
+               min_batch=min_batch, profile_every=profile_every, config=config or {})
     finished = run.resume()
     start_step = run.state.step
     loop_started = time.monotonic()
-    stopped = "already_complete" if finished else _loop(run, epochs, progress)
+    sampler = monitor.GPUSampler()
+    if monitor_gpu and device.type == "cuda" and run.rank == 0 and not finished:
+        sampler.start()
+    try:
+        stopped = "already_complete" if finished else _loop(run, epochs, progress)
+    finally:
+        sampler.stop()
     world = dist.get_world_size() if _distributed() else 1
     rate = run.state.samples / max(time.monotonic() - loop_started, 1e-9)
     return FitResult(history=run.state.history, steps=run.state.step, epochs=run.state.epoch,
@@ -475,7 +509,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
                      compile=run.compiled.status, resumed_from=run.resumed_from,
                      checkpoint=run.last_checkpoint, steps_this_session=run.state.step - start_step,
                      world_size=world, samples_per_s=rate * world,
-                     oom_events=list(run.state.oom_events))
+                     oom_events=list(run.state.oom_events), breakdown=run.timer.summary(),
+                     gpu=sampler.summary(), gpu_samples=sampler.samples)
 
 
 def _loop(run: _Run, epochs: int, progress: bool) -> str:

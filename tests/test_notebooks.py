@@ -51,8 +51,14 @@ def test_quickstart_trains_then_a_rerun_skips_training(tmp_path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_a_mistyped_parameter_fails_at_once_naming_it(tmp_path, path):
     import papermill
-    with pytest.raises(papermill.PapermillExecutionError, match="did you mean 'epochs'"):
-        run_notebook(path, {"epcohs": 1}, output_dir=tmp_path, progress=False)
+
+    from kagglekit.params import assignments
+    cells = json.loads(path.read_text())["cells"]
+    source = next(c["source"] for c in cells if "parameters" in c["metadata"].get("tags", []))
+    name = next(iter(assignments("".join(source))))
+    typo = name[1] + name[0] + name[2:]  # two letters swapped, as fingers do
+    with pytest.raises(papermill.PapermillExecutionError, match=f"did you mean '{name}'"):
+        run_notebook(path, {typo: 1}, output_dir=tmp_path, progress=False)
     assert not (tmp_path / "checkpoints").exists()  # nothing ran
 
 
@@ -170,4 +176,22 @@ def test_timeseries_rerun_hits_the_cache_for_every_model_and_trains_nothing(tmp_
                                    progress=False))
     assert (forced["cache"]["hits"], forced["cache"]["misses"]) == (0, 2)
     for png in ("forecast.png", "models.png", "learning_curves_lstm.png"):
+        assert (out / png).exists()
+
+
+@pytest.mark.slow
+def test_gpu_utilization_measures_each_strategy_and_says_what_it_skipped(tmp_path):
+    out = run_notebook(REPO / "notebooks" / "gpu_utilization.ipynb", {"smoke": True},
+                       output_dir=tmp_path / "gpu", progress=False)
+    m = _metrics(out)
+    measured = {r["strategy"]: r for r in m["strategies"]}
+    import torch
+    expected = {"sync", "batched", "process_pool"} | ({"cuda_graph"} if torch.cuda.is_available() else set())
+    assert set(measured) == expected and all(r["cycles_per_s"] > 0 for r in measured.values())
+    if not torch.cuda.is_available():
+        assert "CUDA graphs need CUDA tensors" in m["skipped"]["cuda_graph"]
+    assert m["memory_peak_mb"]["savepoints every 20"] < m["memory_peak_mb"]["without savepoints"]
+    assert all(v in ("input-bound", "launch-bound", "host-sync-bound", "compute-bound",
+                     "memory-bound", "cpu-only") for v in (r["verdict"] for r in measured.values()))
+    for png in ("strategies.png", "breakdown.png", "memory.png"):
         assert (out / png).exists()

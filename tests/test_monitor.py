@@ -1,0 +1,84 @@
+import time
+
+import torch
+from torch.nn import functional as F
+
+import kagglekit as kk
+from kagglekit import data, datasets, models, monitor
+
+
+def test_without_nvml_or_gpu_the_sampler_reports_plainly():
+    with monitor.GPUSampler(interval_s=0.05) as sampler:
+        time.sleep(0.15)
+    summary = sampler.summary()
+    if summary["available"]:  # a machine with a GPU: the real thing
+        assert summary["samples"] > 0
+    else:
+        assert summary["reason"].startswith("no GPU monitoring")
+
+
+class SlowData(torch.utils.data.Dataset):
+    """A dataset whose loading dominates: the classic idle GPU."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def __len__(self):
+        return len(self.base)
+
+    def __getitem__(self, i):
+        time.sleep(0.01)
+        return self.base[i]
+
+
+def test_a_slow_dataset_is_diagnosed_input_bound_and_the_advice_names_the_loader():
+    kk.seed_everything(0)
+    ds = SlowData(datasets.tabular(256, features=16))
+    model = models.MLP(16, 32, 4)
+    result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                    data.make_loader(ds, 32, num_workers=0), kk.supervised(F.cross_entropy),
+                    epochs=1, profile_every=2, progress=False)
+    d = result.diagnosis()
+    assert result.breakdown["sampled_steps"] == 4
+    assert d["verdict"] == "input-bound" and d["numbers"]["data_wait_pct"] > 50
+    assert "num_workers" in d["advice"] and "no GPU" in d["text"]
+    assert result.summary()["diagnosis"]["verdict"] == "input-bound"
+
+
+def _timeline(data_wait, h2d, compute, optimizer):
+    total = data_wait + h2d + compute + optimizer
+    return {"sampled_steps": 10, "median_s": {"data_wait": data_wait, "h2d": h2d, "compute": compute,
+                                              "optimizer": optimizer, "total": total},
+            "fraction": {"data_wait": data_wait / total, "h2d": h2d / total,
+                         "compute": compute / total, "optimizer": optimizer / total}}
+
+
+def _gpu(util, mem_mb=4000):
+    return {"available": True, "util_mean": util,
+            "gpus": {0: {"util_mean": util, "mem_peak_mb": mem_mb, "mem_total_mb": 15360}}}
+
+
+def test_verdicts_on_recorded_timelines():
+    cases = [
+        (_timeline(0.040, 0.005, 0.030, 0.005), _gpu(35), 0, "input-bound"),
+        (_timeline(0.0002, 0.0001, 0.003, 0.001), _gpu(30), 0, "launch-bound"),
+        (_timeline(0.001, 0.001, 0.060, 0.010), _gpu(45), 0, "host-sync-bound"),
+        (_timeline(0.001, 0.001, 0.120, 0.010), _gpu(97), 0, "compute-bound"),
+        (_timeline(0.001, 0.001, 0.120, 0.010), _gpu(90, mem_mb=15000), 0, "memory-bound"),
+        (_timeline(0.001, 0.001, 0.120, 0.010), _gpu(90), 2, "memory-bound"),
+        (_timeline(0.001, 0.001, 0.120, 0.010), None, 0, "cpu-only"),
+    ]
+    for breakdown, gpu, ooms, expected in cases:
+        assert monitor.diagnose(breakdown, gpu, ooms)["verdict"] == expected, expected
+    assert "CUDA-graph" in monitor.diagnose(*cases[1][:3])["advice"]
+    assert ".item()" in monitor.diagnose(*cases[2][:3])["advice"]
+
+
+def test_timing_is_sampled_not_every_step():
+    kk.seed_everything(0)
+    ds = datasets.tabular(640, features=16)
+    model = models.MLP(16, 32, 4)
+    result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                    data.make_loader(ds, 32, num_workers=0), kk.supervised(F.cross_entropy),
+                    epochs=1, profile_every=5, progress=False)
+    assert result.steps == 20 and result.breakdown["sampled_steps"] == 4
