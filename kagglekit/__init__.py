@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = {"accel", "atomic", "budget", "cache", "checkpoint", "data", "datasets", "env", "evaluate",
                "gpus", "launcher", "memory", "models", "params", "plots", "precision", "progress", "publish", "report",
-               "monitor", "rng", "run", "segment3d", "step", "tasks", "train", "tune"}
+               "monitor", "graph", "rng", "run", "segment3d", "step", "tasks", "train", "tune"}
 _EXPORTS = {
     "start": "run", "Run": "run",
     "fit": "train", "supervised": "train", "EarlyStopping": "train", "FitResult": "train",

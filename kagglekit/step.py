@@ -25,7 +25,9 @@ class OutOfMemoryFloor(RuntimeError):
 
 
 def batch_size(batch) -> int:
-    """Samples in a batch: the first dimension of its first tensor."""
+    """Samples in a batch: the first dimension of its first tensor (or its batch_size)."""
+    if isinstance(getattr(batch, "batch_size", None), int):  # a sampled PyG subgraph
+        return batch.batch_size
     if isinstance(batch, torch.Tensor):
         return batch.shape[0]
     if isinstance(batch, (list, tuple)) and batch:

@@ -195,3 +195,15 @@ def test_gpu_utilization_measures_each_strategy_and_says_what_it_skipped(tmp_pat
                      "memory-bound", "cpu-only") for v in (r["verdict"] for r in measured.values()))
     for png in ("strategies.png", "breakdown.png", "memory.png"):
         assert (out / png).exists()
+
+
+@pytest.mark.slow
+def test_gnn_beats_the_mlp_baseline_on_the_builtin_graph(tmp_path):
+    out = run_notebook(REPO / "notebooks" / "gnn_node_classification.ipynb", {"smoke": True},
+                       output_dir=tmp_path / "gnn", progress=False)
+    m = _metrics(out)
+    assert m["pr_auc"] > m["mlp_pr_auc"] + 0.1  # the structure carries the signal
+    assert m["search"]["trials"] == {"COMPLETE": 2} and m["oom_count"] == 0
+    assert m["run_seconds"] > 0 and (m["gpu_utilisation"] is None) == (not m["env"]["gpus"])
+    for png in ("pr_curve.png", "learning_curves.png", "tune_gnn_history.png"):
+        assert (out / png).exists()
