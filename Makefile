@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/loop_overhead.py
 	$(PY) benchmarks/cache_rerun.py
 	$(PY) benchmarks/tune_workers.py
+	$(PY) benchmarks/graph_sampling.py
 
 lint: $(STAMP)
 	$(PY) -m compileall -q kagglekit tests benchmarks
