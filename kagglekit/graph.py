@@ -137,15 +137,25 @@ def pyg_loader_available() -> bool:
 
 
 def seed_loader(data, mask: torch.Tensor, fanouts: list[int], batch_size: int, *,
-                train: bool = True, seed: int = 0, device="cpu"):
+                train: bool = True, seed: int = 0, device="cpu", backend: str = "auto"):
     """Mini-batches of sampled neighbourhoods around the nodes in ``mask``.
 
-    Seeds are sharded over DDP ranks and resumable (``make_loader``'s sampler); the
-    neighbourhoods come from PyG's NeighborLoader when an extension is importable,
-    else from the kit's NeighborSampler.
+    backend "kit" (the default where no extension is importable): seeds go through
+    ``make_loader``, so they are sharded over DDP ranks and a mid-epoch resume
+    continues with the next batch. "pyg" (the default where pyg-lib or torch-sparse
+    is importable): PyG's NeighborLoader over this rank's shard of the seeds.
     """
-    from .data import make_loader
+    if backend not in ("auto", "kit", "pyg"):
+        raise ValueError(f"backend={backend!r} must be 'auto', 'kit' or 'pyg'")
     seeds = mask.nonzero().view(-1)
+    if backend == "pyg" or (backend == "auto" and pyg_loader_available()):
+        from torch_geometric.loader import NeighborLoader
+
+        from .launcher import context
+        ctx = context()
+        return NeighborLoader(data, num_neighbors=fanouts, batch_size=batch_size, shuffle=train,
+                              input_nodes=seeds[ctx.rank::ctx.world_size])
+    from .data import make_loader
     sampler = NeighborSampler(data, fanouts, seed)
     return make_loader(seeds, batch_size, train=train, seed=seed, device=device, num_workers=0,
                        collate_fn=lambda ids: sampler(torch.stack(ids) if isinstance(ids, list)

@@ -89,8 +89,15 @@ def test_a_planetoid_folder_is_read_offline_with_pygs_own_class(tmp_path):
 @pytest.mark.skipif(not graph.pyg_loader_available(), reason="PyG's NeighborLoader needs pyg-lib "
                     "or torch-sparse, neither installs from PyPI here")
 def test_pygs_loader_and_the_kits_sampler_reach_a_similar_score():  # pragma: no cover
-    from torch_geometric.loader import NeighborLoader
-    data = graph.synthetic(2000, seed=0)
-    batch = next(iter(NeighborLoader(data, num_neighbors=[5, 5], batch_size=64,
-                                     input_nodes=data.train_mask)))
-    assert batch.batch_size == 64
+    from kagglekit.tasks import gnn
+    data = graph.synthetic(3000, seed=0)
+    cfg = {"hidden": 32, "dropout": 0.2, "fanouts": [10, 5], "batch_size": 256, "lr": 1e-2,
+           "weight_decay": 1e-4, "epochs": 6, "precision": "fp32", "seed": 0}
+    scores = {b: gnn.finetune({**cfg, "sampler": b}, data, None)["test_pr_auc"] for b in ("kit", "pyg")}
+    assert abs(scores["kit"] - scores["pyg"]) < 0.1, scores
+
+
+def test_the_kit_sampler_backend_shards_seeds_through_make_loader(data):
+    loader = graph.seed_loader(data, data.train_mask, [5], 64, backend="kit")
+    seen = torch.cat([b.n_id[: b.batch_size] for b in loader])
+    assert sorted(seen.tolist()) == sorted(data.train_mask.nonzero().view(-1).tolist())

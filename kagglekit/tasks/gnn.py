@@ -128,7 +128,8 @@ def finetune(cfg: dict, data, encoder_state: dict | None, output_dir: str | None
         encoder.load_state_dict(encoder_state)
     model = NodeClassifier(encoder, cfg["hidden"], classes)
     loader = graph.seed_loader(data, data.train_mask, cfg["fanouts"], cfg["batch_size"],
-                               seed=cfg["seed"], device=ctx.device)
+                               seed=cfg["seed"], device=ctx.device,
+                               backend=cfg.get("sampler", "auto"))
     positives = float(data.y[data.train_mask].float().mean()) if classes == 2 else 0.5
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
     ckpt = (checkpoint.CheckpointManager(Path(output_dir) / "checkpoints" / "gnn",
