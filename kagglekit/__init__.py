@@ -9,12 +9,12 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {"accel", "atomic", "budget", "cache", "checkpoint", "data", "datasets", "env", "evaluate",
+_SUBMODULES = {"accel", "atomic", "budget", "cache", "checkpoint", "data", "datasets", "env", "evaluate", "fitstate",
                "gpus", "launcher", "memory", "models", "params", "plots", "precision", "progress", "publish", "report",
                "monitor", "graph", "rng", "run", "segment3d", "step", "tasks", "train", "tune"}
 _EXPORTS = {
     "start": "run", "Run": "run",
-    "fit": "train", "supervised": "train", "EarlyStopping": "train", "FitResult": "train",
+    "fit": "train", "supervised": "train", "EarlyStopping": "fitstate", "FitResult": "fitstate",
     "CheckpointManager": "checkpoint", "make_loader": "data", "Budget": "budget",
     "seed_everything": "env", "launch": "launcher",
 }

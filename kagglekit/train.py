@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -18,126 +17,10 @@ import torch.distributed as dist
 from . import accel, data, monitor, precision as precision_mod, step as step_mod
 from .budget import Budget
 from .checkpoint import CheckpointManager, restore, snapshot
+from .fitstate import EarlyStopping, FitResult, LoopState, config_changes  # noqa: F401 (re-exported)
 from .progress import bar as progress_bar
 
 LossFn = Callable[[torch.nn.Module, object], torch.Tensor]
-
-
-@dataclass
-class EarlyStopping:
-    """Stop when ``monitor`` has not improved by ``min_delta`` for ``patience`` epochs."""
-    monitor: str = "val_loss"
-    mode: str = "min"
-    patience: int = 5
-    min_delta: float = 0.0
-    best: float | None = None
-    bad_epochs: int = 0
-
-    def update(self, record: dict) -> bool:
-        value = record.get(self.monitor)
-        if value is None or not math.isfinite(value):
-            raise KeyError(f"early stopping monitors {self.monitor!r}, but the epoch record has "
-                           f"{sorted(record)}; pass monitor= one of those")
-        sign = 1 if self.mode == "min" else -1
-        if self.best is None or sign * (self.best - value) > self.min_delta:
-            self.best, self.bad_epochs = value, 0
-        else:
-            self.bad_epochs += 1
-        return self.bad_epochs >= self.patience
-
-    def state_dict(self) -> dict:
-        return {"best": self.best, "bad_epochs": self.bad_epochs}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.best, self.bad_epochs = state["best"], state["bad_epochs"]
-
-
-@dataclass
-class LoopState:
-    """Where training stands; everything here goes into the checkpoint."""
-    step: int = 0
-    epoch: int = 0
-    batches_done: int = 0  # batches of ``epoch`` already trained on
-    loss_sum: float = 0.0  # running train loss of the epoch (sum of step means)
-    loss_steps: int = 0
-    samples: int = 0  # samples trained on in this session (for samples/s)
-    epoch_samples: int = 0  # samples of the current epoch on this rank
-    split: int = 1  # each loader batch is cut into this many chunks (OOM back-off)
-    oom_events: list = field(default_factory=list)
-    history: list = field(default_factory=list)
-    # Not saved: set by hooks.
-    stop_requested: bool = False
-    save_requested: bool = False
-
-    def request_stop(self) -> None:
-        self.stop_requested = True
-
-    def request_checkpoint(self) -> None:
-        self.save_requested = True
-
-    def to_dict(self) -> dict:
-        loss = float(self.loss_sum)
-        return {"step": self.step, "epoch": self.epoch, "batches_done": self.batches_done,
-                "loss_sum": loss, "loss_steps": self.loss_steps, "history": self.history,
-                "split": self.split, "oom_events": self.oom_events,
-                "epoch_samples": self.epoch_samples}
-
-
-@dataclass
-class FitResult:
-    history: list
-    steps: int
-    epochs: int
-    stopped: str  # completed | max_steps | time_budget | early_stopping | requested | already_complete
-    seconds: float
-    precision: str
-    compile: str
-    resumed_from: str | None = None
-    checkpoint: str | None = None
-    steps_this_session: int = 0
-    world_size: int = 1
-    samples_per_s: float = 0.0  # all ranks together, this session
-    oom_events: list = field(default_factory=list)
-    breakdown: dict = field(default_factory=dict)  # StepTimer.summary()
-    gpu: dict = field(default_factory=dict)  # GPUSampler.summary()
-    gpu_samples: list = field(default_factory=list)
-
-    def diagnosis(self) -> dict:
-        """Why the GPU sat idle (or that it did not), with advice."""
-        return monitor.diagnose(self.breakdown, self.gpu, len(self.oom_events))
-
-    @property
-    def finished(self) -> bool:
-        return self.stopped != "time_budget"
-
-    def summary(self) -> dict:
-        """Flat facts for metrics.json."""
-        last = self.history[-1] if self.history else {}
-        scores = {k: v for k, v in last.items() if isinstance(v, (int, float))
-                  and k not in ("epoch", "step", "seconds", "samples_per_s")}
-        return {**scores, "steps": self.steps, "epochs": self.epochs, "stopped": self.stopped,
-                "seconds": round(self.seconds, 3), "precision": self.precision,
-                "compile": self.compile, "resumed_from": self.resumed_from,
-                "checkpoint": self.checkpoint, "steps_this_session": self.steps_this_session,
-                "world_size": self.world_size, "samples_per_s": round(self.samples_per_s, 2),
-                "samples_per_s_per_gpu": round(self.samples_per_s / self.world_size, 2),
-                "oom_count": len(self.oom_events), "oom_events": self.oom_events,
-                "step_breakdown": self.breakdown, "gpu": self.gpu,
-                "diagnosis": self.diagnosis() if self.breakdown.get("sampled_steps") else None}
-
-
-# Parameters that change how long or how safely a run trains, not what it learns:
-# a checkpoint written under other values of these is still resumed.
-RUN_CONTROL = frozenset({"epochs", "time_budget_s", "save_every_min", "force_retrain", "smoke",
-                         "processes", "max_steps"})
-
-
-def config_changes(saved: dict, current: dict) -> str:
-    """"name: old -> new" for every config key that differs (run-control keys aside)."""
-    keys = (set(saved) | set(current)) - RUN_CONTROL
-    diffs = [f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in sorted(keys)
-             if saved.get(k) != current.get(k)]
-    return ", ".join(diffs)
 
 
 def supervised(criterion: Callable) -> LossFn:
