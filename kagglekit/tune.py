@@ -172,10 +172,15 @@ def _worker_main(index: int, gpus: int, threads: int, args: tuple) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
     import torch
     torch.set_num_threads(threads)
+    code = 1
     try:
         _work(*args)
+        code = 0
+    except BaseException:  # noqa: BLE001 - report, then exit non-zero for the parent
+        import traceback
+        traceback.print_exc()
     finally:
-        os._exit(0)  # skip the parent's atexit handlers inherited by fork
+        os._exit(code)  # skip the parent's atexit handlers inherited by fork
 
 
 def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path | str,
@@ -226,6 +231,10 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
             p.start()
         for p in procs:
             p.join()
+        failed = [i for i, p in enumerate(procs) if p.exitcode != 0]
+        if failed:
+            raise RuntimeError(f"tune workers {failed} failed (exit codes "
+                               f"{[procs[i].exitcode for i in failed]}); see their traceback above")
         reason = "workers finished"
     study = load_study(name, url, direction, **options)
     print(f"kagglekit tune: {name}: {counts(study)} ({reason})")
