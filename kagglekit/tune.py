@@ -289,16 +289,17 @@ def _plots(study, output_dir: Path, prefix: str) -> list[str]:
     for name, plot in (("history", ovm.plot_optimization_history),
                        ("importances", ovm.plot_param_importances),
                        ("parallel", ovm.plot_parallel_coordinate)):
-        with warnings.catch_warnings():
+        # rc_context: Optuna switches matplotlib to its "ggplot" style globally; keep it local.
+        with warnings.catch_warnings(), plt.rc_context():
             warnings.simplefilter("ignore")  # Optuna marks these "experimental"
             try:
                 ax = plot(study)
             except Exception as err:  # noqa: BLE001 - e.g. one parameter only: no importances
                 print(f"kagglekit tune: no {name} plot ({type(err).__name__}: {err})")
                 continue
-        fig = (ax.flat[0] if hasattr(ax, "flat") else ax).figure
-        path = output_dir / f"{prefix}_{name}.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
+            fig = (ax.flat[0] if hasattr(ax, "flat") else ax).figure
+            path = output_dir / f"{prefix}_{name}.png"
+            fig.savefig(path, dpi=110, bbox_inches="tight")
+            plt.close(fig)
         made.append(path.name)
     return made

@@ -191,8 +191,8 @@ def test_gpu_utilization_measures_each_strategy_and_says_what_it_skipped(tmp_pat
     if not torch.cuda.is_available():
         assert "CUDA graphs need CUDA tensors" in m["skipped"]["cuda_graph"]
     assert m["memory_peak_mb"]["savepoints every 20"] < m["memory_peak_mb"]["without savepoints"]
-    assert all(v in ("input-bound", "launch-bound", "host-sync-bound", "compute-bound",
-                     "memory-bound", "cpu-only") for v in (r["verdict"] for r in measured.values()))
+    from kagglekit.monitor import ADVICE
+    assert all(r["verdict"] in ADVICE for r in measured.values())  # one of the known verdicts
     for png in ("strategies.png", "breakdown.png", "memory.png"):
         assert (out / png).exists()
 

@@ -112,3 +112,14 @@ def test_the_time_budget_stops_before_a_trial_that_would_overrun(tmp_path):
     assert 2 <= finished < 50 and tune.counts(study) == {"COMPLETE": finished}
     # Every trial ended before the deadline: none was started that could not finish.
     assert all(t.datetime_complete.timestamp() <= budget.deadline for t in study.trials)
+
+
+def test_optunas_plot_style_does_not_leak_into_the_runs_other_plots(tmp_path):
+    import matplotlib
+
+    from kagglekit.plots import _pyplot
+    _pyplot()  # the kit's own headless backend choice is not what this test is about
+    before = dict(matplotlib.rcParams)
+    study = tune.optimize(busy_objective, "style", 3, directory=tmp_path, workers=1)
+    assert tune.report(study, tmp_path)["plots"]
+    assert dict(matplotlib.rcParams) == before
