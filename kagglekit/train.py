@@ -35,6 +35,9 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+AGREE_EVERY = 16  # steps between the ranks' joint stop/save decisions under DDP
+
+
 def _agree(flags: list[bool], device: torch.device) -> list[bool]:
     """Each flag true on every rank if it is true on any (one all-reduce for all).
 
@@ -166,20 +169,27 @@ class _Run:
         return bool(where.meta.get("final"))
 
     # ---- the loop ------------------------------------------------------
-    def should_stop_for_time(self) -> bool:
-        # Leave room for one more step and a save, each with a factor of safety.
-        return not self.budget.allows(2 * self.step_s + 2 * self.save_s)
+    def should_stop_for_time(self, steps_ahead: int = 1) -> bool:
+        # Leave room for the steps until the next decision and a save, with a safety factor.
+        return not self.budget.allows(2 * steps_ahead * self.step_s + 2 * self.save_s)
 
     def after_step(self) -> str | None:
-        """Hooks, then the decisions to stop or save; returns a stop reason or None."""
+        """Hooks, then the decisions to stop or save; returns a stop reason or None.
+
+        Under DDP the ranks must decide together, and agreeing costs a collective and a
+        host sync, so they decide every ``AGREE_EVERY`` steps (the same steps on all).
+        """
         if self.on_step_end is not None:
             self.on_step_end(self.state)
         if self.max_steps is not None and self.state.step >= self.max_steps:
             return "max_steps"
+        every = AGREE_EVERY if _distributed() else 1
+        if self.state.step % every:
+            return None
         due = self.save_every_min is not None and \
             time.monotonic() - self.last_save >= self.save_every_min * 60
         out_of_time, stop, save = _agree(
-            [self.should_stop_for_time(), self.state.stop_requested,
+            [self.should_stop_for_time(every), self.state.stop_requested,
              due or self.state.save_requested], self.device)
         if out_of_time:
             return "time_budget"

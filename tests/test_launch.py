@@ -177,3 +177,24 @@ def test_launch_from_a_notebook_run_by_papermill_returns_rank_zeros_value(tmp_pa
     nbformat.write(nb, path)
     run_notebook(path, {}, output_dir=tmp_path / "out", progress=False)
     assert json.loads((tmp_path / "result.json").read_text()) == {"rank": 0, "world": 2, "sum": 30.0}
+
+
+def _stop_requested_on_rank_one():
+    kk.seed_everything(0)
+    ds = datasets.tabular(2048, features=16, seed=0)
+    model = models.MLP(16, 32, 4)
+
+    def hook(state):
+        if launch_mod.context().rank == 1 and state.step == 3:
+            state.request_stop()
+
+    result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                    data.make_loader(ds, 16, num_workers=0), LOSS, epochs=1, on_step_end=hook,
+                    progress=False)
+    return result.stopped, result.steps
+
+
+def test_a_stop_asked_by_one_rank_stops_every_rank_at_the_same_step():
+    from kagglekit.train import AGREE_EVERY
+    assert launch(_stop_requested_on_rank_one, nprocs=2, join_timeout_s=120) == \
+        ("requested", AGREE_EVERY)  # decided together at the next agreement step, no hang
