@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from .. import checkpoint, data, evaluate, launcher, models, segment3d
+from ..precision import Precision
 from ..train import fit
 
 
@@ -63,10 +64,8 @@ def _predict(model, ckpt, test, cfg: dict, result) -> dict:
     if best is not None:  # the best validation Dice, not merely the last epoch
         checkpoint.unwrap(model).load_state_dict(checkpoint.load(best, "cpu")["model"])
     vols, masks, ids = test
-    precision = result.precision
-    autocast = torch.autocast(next(model.parameters()).device.type,
-                              dtype={"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision),
-                              enabled=precision != "fp32")
+    policy = Precision(result.precision, next(model.parameters()).device.type)
+    autocast = policy.autocast()
     probs = [segment3d.sliding_window(model, v, cfg["patch"], cfg["overlap"], autocast=autocast)
              for v in vols]
     preds = [(p > 0.5).to(torch.uint8) for p in probs]
