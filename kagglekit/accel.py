@@ -1,4 +1,6 @@
-"""Speed switches for a model: torch.compile with a fallback, gradient checkpointing."""
+"""Speed switches for a model: torch.compile with a fallback, gradient checkpointing.
+
+CUDA-graph replay lives in ``cudagraph``."""
 from __future__ import annotations
 
 import functools
@@ -80,41 +82,3 @@ def checkpoint_blocks(blocks: torch.nn.ModuleList | list[torch.nn.Module]) -> No
         block.forward = wrapped
         block._kagglekit_checkpointed = True
 
-
-class GraphedFunction:
-    """``fn`` on static input buffers, captured once as a CUDA graph and replayed.
-
-    A captured graph launches all of ``fn``'s kernels with one call, removing the
-    CPU launch overhead that keeps a GPU idle in loops of small kernels. Inputs
-    must keep their shapes; they are copied into the static buffers each call.
-    When capture is impossible (no CUDA, dynamic shapes, host syncs inside ``fn``)
-    ``status`` says why and calls run ``fn`` eagerly.
-    """
-
-    def __init__(self, fn, example_inputs: tuple, warmup: int = 3):
-        self.fn, self.graph, self.status = fn, None, "eager"
-        if not torch.cuda.is_available() or not all(t.is_cuda for t in example_inputs):
-            self.status = "eager (CUDA graphs need CUDA tensors)"
-            return
-        try:
-            self.static_in = tuple(t.clone() for t in example_inputs)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # warm-up off the default stream, as capture needs
-                for _ in range(warmup):
-                    fn(*self.static_in)
-            torch.cuda.current_stream().wait_stream(side)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                self.static_out = fn(*self.static_in)
-            self.status = "cuda graph"
-        except Exception as err:  # noqa: BLE001 - not capturable: say why, run eagerly
-            self.graph, self.status = None, f"eager (capture failed: {_reason(err)})"
-
-    def __call__(self, *inputs):
-        if self.graph is None:
-            return self.fn(*inputs)
-        for buf, value in zip(self.static_in, inputs):
-            buf.copy_(value, non_blocking=True)
-        self.graph.replay()
-        return self.static_out

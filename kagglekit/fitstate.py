@@ -80,6 +80,7 @@ class FitResult:
     seconds: float
     precision: str
     compile: str
+    cuda_graphs: str = "off"
     resumed_from: str | None = None
     checkpoint: str | None = None
     steps_this_session: int = 0
@@ -105,7 +106,8 @@ class FitResult:
                   and k not in ("epoch", "step", "seconds", "samples_per_s")}
         return {**scores, "steps": self.steps, "epochs": self.epochs, "stopped": self.stopped,
                 "seconds": round(self.seconds, 3), "precision": self.precision,
-                "compile": self.compile, "resumed_from": self.resumed_from,
+                "compile": self.compile, "cuda_graphs": self.cuda_graphs,
+                "resumed_from": self.resumed_from,
                 "checkpoint": self.checkpoint, "steps_this_session": self.steps_this_session,
                 "world_size": self.world_size, "samples_per_s": round(self.samples_per_s, 2),
                 "samples_per_s_per_gpu": round(self.samples_per_s / self.world_size, 2),

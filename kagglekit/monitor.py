@@ -145,8 +145,8 @@ ADVICE = {
                    "count), keep pin_memory and persistent workers on, move decoding/augmentation "
                    "to the GPU, or cache preprocessed tensors",
     "launch-bound": "each step is many tiny kernels the CPU cannot launch fast enough: use a larger "
-                    "batch, batch several cycles per step, torch.compile(mode='reduce-overhead') or "
-                    "CUDA-graph replay of a static step",
+                    "batch, batch several cycles per step, fit(cuda_graphs='auto') (CUDA-graph replay "
+                    "of forward and backward) or compile={'mode': 'reduce-overhead'}",
     "host-sync-bound": "the CPU blocks on the GPU or works between steps: remove per-step .item(), "
                        "print and .cpu() calls (log every N steps), move CPU work to a process pool",
     "memory-bound": "memory is nearly full (or ran out): lower precision (fp16/bf16), gradient "

@@ -35,10 +35,12 @@ class Precision:
         # fp16 has too little range for small gradients; bf16 has fp32's range.
         return self.name == "fp16"
 
-    def autocast(self):
+    def autocast(self, cache: bool = True):
+        """Autocast to this precision; ``cache=False`` for CUDA-graph capture, which
+        cannot hold autocast's cache of cast weights."""
         if self.dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(self.device_type, dtype=self.dtype)
+        return torch.autocast(self.device_type, dtype=self.dtype, cache_enabled=cache)
 
     def make_scaler(self) -> torch.amp.GradScaler:
         """A GradScaler that is a no-op unless fp16 needs it."""

@@ -54,11 +54,11 @@ def split_batch(batch, parts: int) -> list:
 
 
 def backward(model, batches: list, loss_fn, policy, scaler, *, split: int = 1,
-             sync: str = "ddp") -> torch.Tensor:
+             sync: str = "ddp", graphs=None) -> torch.Tensor:
     """Forward and backward over ``batches`` (each cut into ``split`` chunks).
 
     Returns the mean loss (detached). Gradients are averaged as if the whole group
-    were one batch.
+    were one batch. ``graphs``: an active ``cudagraph.GraphedModel`` on ``model``.
     """
     chunks = [c for b in batches for c in split_batch(b, split)]
     can_skip_sync = hasattr(model, "no_sync")
@@ -66,13 +66,16 @@ def backward(model, batches: list, loss_fn, policy, scaler, *, split: int = 1,
     for i, chunk in enumerate(chunks):
         last = i == len(chunks) - 1
         quiet = can_skip_sync and (sync == "manual" or not last)
+        if graphs is not None:
+            graphs.begin_pass(first=i == 0)
         with model.no_sync() if quiet else contextlib.nullcontext():
-            with policy.autocast():
+            with policy.autocast(cache=graphs is None):
                 loss = loss_fn(model, chunk)
                 if len(chunks) > 1:  # mean over the group, as one big batch would give
                     loss = loss / len(chunks)
             scaler.scale(loss).backward()
-        total = loss.detach() if total is None else total + loss.detach()
+        # clone: a loss the model returns itself may live in a graph's static output buffer
+        total = loss.detach().clone() if total is None else total + loss.detach()
     return total.float()
 
 

@@ -7,6 +7,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` run only where CUDA is; elsewhere they are skipped, and say so."""
+    import torch
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (none on this machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def hermetic_env(monkeypatch, tmp_path):
     """No test sees the developer's Kaggle credentials, a real /kaggle, or a GPU override."""

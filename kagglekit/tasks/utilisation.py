@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import accel, atomic, monitor
+from .. import atomic, cudagraph, monitor
 
 STRATEGIES = ("sync", "batched", "cuda_graph", "process_pool")
 
@@ -67,7 +67,7 @@ def _run(strategy: str, cycles: int, size: int, k: int, device, save: Savepoints
     done = 0
     graphed = None
     if strategy == "cuda_graph":
-        graphed = accel.GraphedFunction(step, (torch.zeros(1, size, device=device),))
+        graphed = cudagraph.GraphedFunction(step, (torch.zeros(1, size, device=device),))
         if graphed.graph is None:
             return {"skipped": graphed.status}
     chunks = pool.imap(cpu_work, range(cycles), chunksize=8) if strategy == "process_pool" else None
