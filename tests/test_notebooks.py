@@ -191,6 +191,12 @@ def test_gpu_utilization_measures_each_strategy_and_says_what_it_skipped(tmp_pat
     if not torch.cuda.is_available():
         assert "CUDA graphs need CUDA tensors" in m["skipped"]["cuda_graph"]
     assert m["memory_peak_mb"]["savepoints every 20"] < m["memory_peak_mb"]["without savepoints"]
+    eager, graphed = m["fit_cuda_graphs"]
+    assert eager["cuda_graphs"] == "off" and eager["steps_per_s"] > 0
+    if torch.cuda.is_available():
+        assert graphed["status"].startswith("cuda graph: 20 of 20")
+    else:
+        assert graphed["skipped"] == "CUDA graphs need a CUDA device"
     from kagglekit.monitor import ADVICE
     assert all(r["verdict"] in ADVICE for r in measured.values())  # one of the known verdicts
     for png in ("strategies.png", "breakdown.png", "memory.png"):

@@ -8,6 +8,8 @@ phase breakdown and the kit's verdict):
 - process_pool: the CPU part in worker processes, overlapping the GPU steps.
 Savepoints: every N cycles the results so far are written out and released,
 so memory stays flat instead of growing with the run.
+``fit_replay`` shows the same remedy inside the fit loop: a small model trained
+eagerly and with ``fit(cuda_graphs="auto")``.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import atomic, cudagraph, monitor
+from .. import atomic, cudagraph, data, datasets, models, monitor
 
 STRATEGIES = ("sync", "batched", "cuda_graph", "process_pool")
 
@@ -143,3 +145,25 @@ def memory_figure(curves: dict):
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def fit_replay(steps: int, size: int, device, precision: str = "auto") -> list[dict]:
+    """A deep, narrow MLP (launch-bound) trained by fit with cuda_graphs off and "auto"."""
+    from ..train import fit, supervised
+    rows = []
+    for mode in ("off", "auto"):
+        if mode != "off" and device.type != "cuda":
+            rows.append({"cuda_graphs": mode, "skipped": "CUDA graphs need a CUDA device"})
+            continue
+        torch.manual_seed(0)
+        model = models.MLP(size, size, 4, depth=8)
+        loader = data.make_loader(datasets.tabular(64 * steps, features=size), 64,
+                                  num_workers=0)
+        result = fit(model, torch.optim.AdamW(model.parameters(), 1e-3), loader,
+                     supervised(torch.nn.functional.cross_entropy), max_steps=steps,
+                     precision=precision, cuda_graphs=mode, device=device, progress=False,
+                     checkpoints=None)
+        rows.append({"cuda_graphs": mode, "steps_per_s": round(result.samples_per_s / 64, 1),
+                     "status": result.cuda_graphs, "precision": result.precision,
+                     "verdict": result.diagnosis()["verdict"], "breakdown": result.breakdown})
+    return rows
