@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/cache_rerun.py
 	$(PY) benchmarks/tune_workers.py
 	$(PY) benchmarks/graph_sampling.py
+	$(PY) benchmarks/gpu_figures.py
 
 lint: $(STAMP)
 	$(PY) -m compileall -q kagglekit tests benchmarks
