@@ -71,6 +71,18 @@ class LoopState:
                 "epoch_samples": self.epoch_samples}
 
 
+TIMELINE_POINTS = 300  # GPU samples per GPU in summary(): enough to plot, small for JSON
+
+
+def _thin(samples: list[dict], points: int) -> list[dict]:
+    """At most ``points`` evenly spaced samples per GPU."""
+    out = []
+    for gpu in sorted({s["gpu"] for s in samples}):
+        rows = [s for s in samples if s["gpu"] == gpu]
+        out += rows[::max(1, math.ceil(len(rows) / points))]
+    return out
+
+
 @dataclass
 class FitResult:
     history: list
@@ -113,6 +125,7 @@ class FitResult:
                 "samples_per_s_per_gpu": round(self.samples_per_s / self.world_size, 2),
                 "oom_count": len(self.oom_events), "oom_events": self.oom_events,
                 "step_breakdown": self.breakdown, "gpu": self.gpu,
+                "gpu_timeline": _thin(self.gpu_samples, TIMELINE_POINTS),
                 "diagnosis": self.diagnosis() if self.breakdown.get("sampled_steps") else None}
 
 

@@ -110,6 +110,7 @@ class StepTimer:
         self.device, self.every = torch.device(device), max(1, every)
         self.records: list[dict] = []
         self._marks: dict = {}
+        self._memory: dict = {}  # MB allocated by tensors at each mark (CUDA only)
 
     def sampled(self, step: int) -> bool:
         return step % self.every == 0
@@ -118,15 +119,17 @@ class StepTimer:
         """Timestamp ``name`` on a sampled step (synchronising the GPU first)."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+            self._memory[name] = torch.cuda.memory_allocated(self.device) / 2**20
         self._marks[name] = time.perf_counter()
 
     def record(self, step: int, samples: int) -> None:
-        m, self._marks = self._marks, {}
+        m, mem, self._marks, self._memory = self._marks, self._memory, {}, {}
         order = ["start", *PHASES]
         if not all(k in m for k in order):
             return
         row = {p: m[p] - m[prev] for prev, p in zip(order, PHASES)}
-        row.update(step=step, total=m["optimizer"] - m["start"], samples=samples)
+        row.update(step=step, total=m["optimizer"] - m["start"], samples=samples,
+                   memory_mb={p: mem[p] for p in PHASES if p in mem})
         self.records.append(row)
 
     def summary(self) -> dict:
@@ -137,7 +140,18 @@ class StepTimer:
         return {"sampled_steps": len(self.records), "device": self.device.type,
                 "median_s": {k: round(v, 6) for k, v in med.items()},
                 "fraction": {p: round(med[p] / total, 3) for p in PHASES},
-                "samples_per_step": statistics.median(r["samples"] for r in self.records)}
+                "samples_per_step": statistics.median(r["samples"] for r in self.records),
+                **self._memory_summary()}
+
+    def _memory_summary(self) -> dict:
+        """Tensor memory after each phase (the most seen) and the allocator's totals."""
+        rows = [r["memory_mb"] for r in self.records if r["memory_mb"]]
+        if not rows:
+            return {}
+        after = {p: round(max(r[p] for r in rows), 1) for p in rows[0]}
+        return {"memory_mb": {"allocated_after": after,
+                              "reserved": round(torch.cuda.memory_reserved(self.device) / 2**20, 1),
+                              "peak": round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)}}
 
 
 ADVICE = {

@@ -78,6 +78,23 @@ class Run:
         self.metrics.update(metrics)
         self.save_metrics()
 
+    def log_fit(self, label: str, result) -> None:
+        """A fit's summary into metrics.json under ``label``, and its monitoring plots.
+
+        ``<label>_step_time.png``: where a step's time goes (sampled phases);
+        ``<label>_gpu.png``: utilisation and memory per GPU over time (on GPU).
+        ``result``: a FitResult, or its ``summary()`` (what launched ranks send back).
+        """
+        from . import monitor
+        summary = dict(result.summary() if hasattr(result, "summary") else result)
+        timeline = summary.pop("gpu_timeline", None) or []
+        self.log(**{label: summary})
+        if summary.get("step_breakdown", {}).get("sampled_steps"):
+            self.savefig(monitor.breakdown_figure({label: summary["step_breakdown"]}),
+                         f"{label}_step_time")
+        if timeline:
+            self.savefig(monitor.timeline_figure(timeline), f"{label}_gpu")
+
     def save_metrics(self) -> Path:
         path = self.output_dir / "metrics.json"
         payload = {"notebook": self.name, "config": self.config, "env": self.env.as_dict(),

@@ -145,10 +145,16 @@ def _next_trial(study, lock: Path, n_trials: int, budget: Budget):
 
 
 def _work(objective: Callable, name: str, url: str, direction: str, n_trials: int,
-          lock: Path, budget: Budget, options: dict) -> str:
+          lock: Path, budget: Budget, options: dict, seed: int | None = None,
+          worker: int = 0) -> str:
     """One worker: ask, run with a heartbeat, tell; until the target or the budget."""
     import optuna
     study = load_study(name, url, direction, **options)
+    if options.get("sampler") is None and seed is not None:
+        # Reproducible for a given seed, yet no two workers (nor two sessions of one
+        # search) draw the same points: each gets its own stream.
+        study.sampler = optuna.samplers.TPESampler(
+            seed=seed + 7919 * worker + 104729 * len(study.trials))
     while True:
         trial, reason = _next_trial(study, lock, n_trials, budget)
         if trial is None:
@@ -174,7 +180,7 @@ def _worker_main(index: int, gpus: int, threads: int, args: tuple) -> None:
     torch.set_num_threads(threads)
     code = 1
     try:
-        _work(*args)
+        _work(*args, worker=index)
         code = 0
     except BaseException:  # noqa: BLE001 - report, then exit non-zero for the parent
         import traceback
@@ -185,8 +191,8 @@ def _worker_main(index: int, gpus: int, threads: int, args: tuple) -> None:
 
 def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path | str,
              direction: str = "maximize", workers: int | None = None, storage: str | None = None,
-             time_budget=None, sampler=None, pruner=None, heartbeat_s: int = 10,
-             grace_s: int = 30, max_retry: int = 3):
+             time_budget=None, sampler=None, pruner=None, seed: int | None = 0,
+             heartbeat_s: int = 10, grace_s: int = 30, max_retry: int = 3):
     """Run ``objective`` until the study holds ``n_trials`` finished trials in total.
 
     Args:
@@ -197,6 +203,8 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
         workers: processes (default: one per GPU, else 1). Each sees only its GPU.
         storage: any Optuna storage URL instead of the SQLite file (e.g. PostgreSQL).
         time_budget: seconds or a Budget (default: the Kaggle session limit on Kaggle).
+        sampler / pruner: Optuna's (default: TPESampler seeded from ``seed`` per worker
+            and session, and MedianPruner); ``seed=None`` leaves the default unseeded.
     Returns the study (loaded in this process).
     """
     from .gpus import inventory
@@ -215,7 +223,7 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
     gpus = len(inventory())
     workers = workers or max(1, gpus)
     args = (objective, name, url, direction, n_trials, directory / f".{name}.lock",
-            Budget.resolve(time_budget), options)
+            Budget.resolve(time_budget), options, seed)
     if workers == 1:
         reason = _work(*args)
     else:

@@ -1,5 +1,7 @@
+import json
 import time
 
+import pytest
 import torch
 from torch.nn import functional as F
 
@@ -82,3 +84,39 @@ def test_timing_is_sampled_not_every_step():
                     data.make_loader(ds, 32, num_workers=0), kk.supervised(F.cross_entropy),
                     epochs=1, profile_every=5, progress=False)
     assert result.steps == 20 and result.breakdown["sampled_steps"] == 4
+
+
+def test_log_fit_keeps_metrics_small_and_saves_the_monitoring_plots():
+    """A recorded two-GPU run of 1,000 samples a GPU: thinned for JSON, plotted per GPU."""
+    samples = [{"t": i / 2, "gpu": g, "util": 50 + g, "mem_used_mb": 1000.0 + i,
+                "mem_total_mb": 15360.0, "power_w": 60.0, "temp_c": 60}
+               for i in range(1000) for g in (0, 1)]
+    sampler = monitor.GPUSampler()
+    sampler.samples = samples
+    result = kk.FitResult(history=[{"epoch": 0, "val_loss": 0.5}], steps=10, epochs=1,
+                          stopped="completed", seconds=5.0, precision="fp16", compile="eager",
+                          breakdown=_timeline(0.0002, 0.0001, 0.003, 0.001),
+                          gpu=sampler.summary(), gpu_samples=samples)
+    timeline = result.summary()["gpu_timeline"]
+    assert {g: sum(s["gpu"] == g for s in timeline) for g in (0, 1)} == {0: 250, 1: 250}
+    run = kk.start({"seed": 0}, "monitored", declared={"seed": 0}, verbose=False)
+    run.log_fit("fit", result)
+    metrics = json.loads((run.output_dir / "metrics.json").read_text())
+    assert "gpu_timeline" not in metrics["fit"]
+    assert metrics["fit"]["diagnosis"]["verdict"] == "launch-bound"
+    assert metrics["fit"]["gpu"]["gpus"]["1"]["util_mean"] == 51
+    for png in ("fit_step_time.png", "fit_gpu.png"):
+        assert (run.output_dir / png).stat().st_size > 5000
+
+
+@pytest.mark.gpu
+def test_on_gpu_the_breakdown_carries_memory_per_phase_and_nvml_samples():
+    kk.seed_everything(0)
+    model = models.MLP(256, 1024, 4, depth=4)
+    loader = data.make_loader(datasets.tabular(64 * 400, features=256), 64, num_workers=0)
+    result = kk.fit(model, torch.optim.AdamW(model.parameters()), loader,
+                    kk.supervised(F.cross_entropy), epochs=3, device="cuda", profile_every=10,
+                    progress=False)
+    memory = result.breakdown["memory_mb"]
+    assert memory["allocated_after"]["compute"] > 0 and memory["peak"] >= memory["allocated_after"]["h2d"]
+    assert result.gpu["available"] and result.gpu["samples"] > 0

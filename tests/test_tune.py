@@ -123,3 +123,20 @@ def test_optunas_plot_style_does_not_leak_into_the_runs_other_plots(tmp_path):
     study = tune.optimize(busy_objective, "style", 3, directory=tmp_path, workers=1)
     assert tune.report(study, tmp_path)["plots"]
     assert dict(matplotlib.rcParams) == before
+
+
+def test_the_default_sampler_is_seeded_so_a_search_repeats():
+    def quick(trial):
+        return -(trial.suggest_float("x", -3, 3) - 1) ** 2
+
+    def params(folder, seed):
+        study = tune.optimize(quick, "seeded", 4, directory=folder, seed=seed)
+        return [t.params["x"] for t in study.trials]
+
+    first = params(Path("a"), 0)
+    assert params(Path("b"), 0) == first  # the same search, the same trials
+    assert params(Path("c"), 1) != first
+    # A second session continuing a study draws new points, not the first session's again.
+    continued = tune.optimize(quick, "seeded", 8, directory=Path("a"), seed=0)
+    xs = [t.params["x"] for t in continued.trials]
+    assert xs[:4] == first and len(set(xs)) == 8

@@ -28,7 +28,7 @@ def compare(cfg: dict, train_set, val_set, output_dir: str) -> dict | None:
     x, y = train_set[0]
     length, features = x.shape
     classes = int(cfg["classes"])
-    rows, histories = [], {}
+    rows, histories, fits = [], {}, {}
     for name in cfg["models"]:
         torch.manual_seed(cfg["seed"])
         model = build(name, features, length, cfg["hidden"], classes)
@@ -53,6 +53,7 @@ def compare(cfg: dict, train_set, val_set, output_dir: str) -> dict | None:
                      "val_acc": last.get("val_acc"), "val_loss": last.get("val_loss"),
                      "precision": result.precision, "stopped": result.stopped})
         histories[name] = result.history
+        fits[name] = result.summary()
         del model, optimizer, scheduler, train_loader, val_loader
         memory.release(ctx.device)  # the next model's peak is its own
-    return {"table": rows, "histories": histories} if ctx.is_main else None
+    return {"table": rows, "histories": histories, "fits": fits} if ctx.is_main else None
