@@ -5,8 +5,8 @@
   GPU it says so in its summary instead of failing.
 - ``StepTimer``: inside ``fit``, one optimizer step in ``every`` is timed phase by
   phase (waiting for the batch, host-to-device copy, forward + backward, optimizer
-  step). Only sampled steps synchronise with the GPU, so timing adds no
-  synchronisation to most steps.
+  step), with CUDA events on GPU and the wall clock on CPU; timing never
+  synchronises the host with the GPU.
 - ``diagnose``: input-bound, launch-bound, host-sync-bound, memory-bound or
   compute-bound, with the numbers behind the verdict and what to do about it.
 """
@@ -104,40 +104,62 @@ class GPUSampler:
 
 
 class StepTimer:
-    """Phase timings of one step in ``every`` (the rest run untimed)."""
+    """Phase timings of one step in ``every`` (the rest run untimed).
+
+    On GPU each mark records a CUDA event on the stream, so a phase's time is what
+    the GPU saw (a copy or kernel still running counts where it ran, an idle GPU
+    waiting for the next batch counts as data wait) and timing never blocks the
+    host: events are read one sampled step later, when they have long completed.
+    On CPU the marks are wall-clock times.
+    """
 
     def __init__(self, device: torch.device, every: int = 25):
         self.device, self.every = torch.device(device), max(1, every)
+        self.cuda = self.device.type == "cuda"
         self.records: list[dict] = []
         self._marks: dict = {}
         self._memory: dict = {}  # MB allocated by tensors at each mark (CUDA only)
+        self._pending: list = []  # (row, events) waiting for their events to complete
 
     def sampled(self, step: int) -> bool:
         return step % self.every == 0
 
     def mark(self, name: str) -> None:
-        """Timestamp ``name`` on a sampled step (synchronising the GPU first)."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        """Note the end of phase ``name`` (or "start") on a sampled step."""
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(torch.cuda.current_stream(self.device))
+            self._marks[name] = event
             self._memory[name] = torch.cuda.memory_allocated(self.device) / 2**20
-        self._marks[name] = time.perf_counter()
+        else:
+            self._marks[name] = time.perf_counter()
 
     def record(self, step: int, samples: int) -> None:
+        self._resolve()
         m, mem, self._marks, self._memory = self._marks, self._memory, {}, {}
-        order = ["start", *PHASES]
-        if not all(k in m for k in order):
+        if not all(k in m for k in ("start", *PHASES)):
             return
-        row = {p: m[p] - m[prev] for prev, p in zip(order, PHASES)}
-        row.update(step=step, total=m["optimizer"] - m["start"], samples=samples,
-                   memory_mb={p: mem[p] for p in PHASES if p in mem})
-        self.records.append(row)
+        row = {"step": step, "samples": samples,
+               "memory_mb": {p: mem[p] for p in PHASES if p in mem}}
+        if self.cuda:
+            self._pending.append((row, m))
+        else:
+            self.records.append({**row, **_phases(m, lambda a, b: b - a)})
+
+    def _resolve(self) -> None:
+        for row, events in self._pending:
+            events["optimizer"].synchronize()  # recorded a sampled step ago: long done
+            self.records.append({**row, **_phases(events, lambda a, b: a.elapsed_time(b) / 1000)})
+        self._pending = []
 
     def summary(self) -> dict:
+        self._resolve()
         if not self.records:
             return {"sampled_steps": 0}
         med = {p: statistics.median(r[p] for r in self.records) for p in (*PHASES, "total")}
         total = med["total"] or 1e-12
         return {"sampled_steps": len(self.records), "device": self.device.type,
+                "clock": "cuda events" if self.cuda else "wall",
                 "median_s": {k: round(v, 6) for k, v in med.items()},
                 "fraction": {p: round(med[p] / total, 3) for p in PHASES},
                 "samples_per_step": statistics.median(r["samples"] for r in self.records),
@@ -152,6 +174,14 @@ class StepTimer:
         return {"memory_mb": {"allocated_after": after,
                               "reserved": round(torch.cuda.memory_reserved(self.device) / 2**20, 1),
                               "peak": round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)}}
+
+
+def _phases(marks: dict, seconds) -> dict:
+    """Each phase's duration from consecutive marks, and the step's total."""
+    order = ["start", *PHASES]
+    row = {p: seconds(marks[prev], marks[p]) for prev, p in zip(order, PHASES)}
+    row["total"] = seconds(marks["start"], marks["optimizer"])
+    return row
 
 
 ADVICE = {

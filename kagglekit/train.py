@@ -368,7 +368,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
             ranks agree on it; gradients are then all-reduced after the backward pass
             (no overlap with compute): pass False for DDP's overlapped sync.
         profile_every: time the phases of one step in this many (data wait, copy,
-            compute, optimizer); only those steps synchronise with the GPU.
+            compute, optimizer) with CUDA events on GPU (no host sync), wall clock on CPU.
         monitor_gpu: sample GPU utilisation and memory through NVML (rank 0, on GPU).
         config: stored in every checkpoint's sidecar.
     """

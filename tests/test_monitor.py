@@ -117,6 +117,7 @@ def test_on_gpu_the_breakdown_carries_memory_per_phase_and_nvml_samples():
     result = kk.fit(model, torch.optim.AdamW(model.parameters()), loader,
                     kk.supervised(F.cross_entropy), epochs=3, device="cuda", profile_every=10,
                     progress=False)
+    assert result.breakdown["clock"] == "cuda events" and result.breakdown["sampled_steps"] == 120
     memory = result.breakdown["memory_mb"]
     assert memory["allocated_after"]["compute"] > 0 and memory["peak"] >= memory["allocated_after"]["h2d"]
     assert result.gpu["available"] and result.gpu["samples"] > 0

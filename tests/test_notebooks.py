@@ -41,6 +41,9 @@ def test_quickstart_trains_then_a_rerun_skips_training(tmp_path):
     assert first["fit"]["stopped"] == "completed" and math.isfinite(first["fit"]["val_loss"])
     assert first["history"][-1]["val_loss"] < first["history"][0]["train_loss"]
     assert (out / "quickstart.ipynb").exists() and (out / "learning_curves.png").exists()
+    from kagglekit.monitor import ADVICE
+    assert first["fit"]["diagnosis"]["verdict"] in ADVICE and first["fit"]["step_breakdown"]["sampled_steps"]
+    assert (out / "fit_step_time.png").exists()  # the monitoring every run gets
     second = _metrics(run_notebook(REPO / "notebooks" / "quickstart.ipynb", {"smoke": True},
                                    output_dir=out, progress=False))
     assert second["fit"]["stopped"] == "already_complete"
