@@ -78,7 +78,7 @@ def _shapes(signature: tuple) -> str:
 class GraphedModel:
     """Replays ``module``'s training forward and backward as CUDA graphs.
 
-    Installed as the module's ``forward``; ``remove()`` puts the eager one back.
+    ``install()`` makes it the module's ``forward``; ``remove()`` puts the eager one back.
     Evaluation calls (eval mode or no grad) always run eagerly and are not counted.
     The training loop calls ``begin_pass(first)`` before each micro-batch's loss.
     """
@@ -95,18 +95,22 @@ class GraphedModel:
         self.eager_calls: Counter = Counter()  # reason -> training calls run eagerly
         self._pass_calls = 0
         self._pass_graphed = False
-        self.active = mode != "off" and inactive is None
-        if self.active:
-            module.forward = self._forward
+        self.active = False
+
+    def install(self) -> "GraphedModel":
+        if self.mode != "off" and self.inactive is None and not self.active:
+            self.module.forward = self._forward
+            self.active = True
+        return self
 
     def remove(self) -> None:
         """Put the module's eager forward back (the captured graphs are dropped)."""
         if not self.active:
             return
-        self._install(self._own_forward)
+        self._set_forward(self._own_forward)
         self.active, self.graphed = False, None
 
-    def _install(self, forward) -> None:
+    def _set_forward(self, forward) -> None:
         if forward is None:
             self.module.__dict__.pop("forward", None)
         else:
@@ -147,7 +151,7 @@ class GraphedModel:
     def _capture(self, args: tuple) -> str | None:
         """Capture on ``args``'s shapes; the reason it failed, or None."""
         saved = [b.detach().clone() for b in self.module.buffers()]
-        self._install(self._own_forward)  # capture calls the module: reach the eager forward
+        self._set_forward(self._own_forward)  # capture calls the module: reach the eager forward
         try:
             sample = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
             make_graphed_callables(self.module, sample, num_warmup_iters=self.warmup)

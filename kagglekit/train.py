@@ -405,6 +405,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
     if monitor_gpu and device.type == "cuda" and run.rank == 0 and not finished:
         sampler.start()
     try:
+        graphs.install()
         stopped = "already_complete" if finished else _loop(run, epochs, progress)
     finally:
         sampler.stop()

@@ -122,7 +122,7 @@ def test_the_standin_reproduces_the_gradient_aliasing_hazard(standin):
     model, x = models.MLP(16, 32, 4), torch.randn(2, 8, 16)
     expected = torch.autograd.grad(sum(model(xi).square().sum() for xi in x),
                                    model.head.weight)[0]
-    guard = cudagraph.GraphedModel(model)
+    guard = cudagraph.GraphedModel(model).install()
     for xi in x:
         guard._pass_calls = 0  # what begin_pass does, without copying the gradients out
         model(xi).square().sum().backward()
