@@ -78,18 +78,20 @@ class Run:
         self.metrics.update(metrics)
         self.save_metrics()
 
-    def log_fit(self, label: str, result) -> None:
+    def log_fit(self, label: str, result, step_plot: bool = True) -> None:
         """A fit's summary into metrics.json under ``label``, and its monitoring plots.
 
-        ``<label>_step_time.png``: where a step's time goes (sampled phases);
-        ``<label>_gpu.png``: utilisation and memory per GPU over time (on GPU).
-        ``result``: a FitResult, or its ``summary()`` (what launched ranks send back).
+        ``<label>_step_time.png``: where a step's time goes (sampled phases; pass
+        ``step_plot=False`` to draw several fits side by side with
+        ``monitor.breakdown_figure`` instead); ``<label>_gpu.png``: utilisation and
+        memory per GPU over time (on GPU). ``result``: a FitResult, or its
+        ``summary()`` (what launched ranks send back).
         """
         from . import monitor
         summary = dict(result.summary() if hasattr(result, "summary") else result)
         timeline = summary.pop("gpu_timeline", None) or []
         self.log(**{label: summary})
-        if summary.get("step_breakdown", {}).get("sampled_steps"):
+        if step_plot and summary.get("step_breakdown", {}).get("sampled_steps"):
             self.savefig(monitor.breakdown_figure({label: summary["step_breakdown"]}),
                          f"{label}_step_time")
         if timeline:

@@ -109,7 +109,7 @@ def test_sequence_models_compares_three_architectures(tmp_path):
         assert row["samples_per_s"] > 0 and 0 <= row["val_acc"] <= 1 and row["params"] > 0
         assert row["stopped"] == "completed"
     assert _finite_numbers(m)
-    for png in ("models.png", "learning_curves_lstm.png", "sequence_models.ipynb"):
+    for png in ("models.png", "learning_curves_lstm.png", "step_time.png", "sequence_models.ipynb"):
         assert (out / png).exists()
 
 
