@@ -180,6 +180,27 @@ def test_a_forward_of_the_model_own_survives_fit(standin):
     assert model.forward is marker
 
 
+def _ddp_train(cuda_graphs, oom_backoff):
+    kk.seed_everything(0)
+    model = BatchNormNet()
+    loader = data.make_loader(datasets.tabular(256, features=16, seed=0), 16, num_workers=0)
+    result = kk.fit(model, torch.optim.SGD(model.parameters(), 0.1), loader, LOSS, epochs=2,
+                    accumulate=2, cuda_graphs=cuda_graphs, oom_backoff=oom_backoff,
+                    progress=False)
+    return {k: v.clone() for k, v in model.state_dict().items()}, result.cuda_graphs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("oom_backoff", [True, False], ids=["manual-sync", "ddp-hooks"])
+def test_under_ddp_replayed_training_equals_eager(standin, oom_backoff):
+    """The guard sits on DDP's inner module; DDP's gradient sync sees the replayed grads."""
+    eager, _ = kk.launch(_ddp_train, "off", oom_backoff, nprocs=2)
+    graphed, status = kk.launch(_ddp_train, "auto", oom_backoff, nprocs=2)
+    assert status == "cuda graph: 16 of 16 training forwards replayed"
+    for name, value in eager.items():
+        torch.testing.assert_close(graphed[name], value, rtol=1e-5, atol=1e-6, msg=name)
+
+
 # ---- on a GPU: the real capture -------------------------------------------------
 
 @pytest.mark.gpu
