@@ -132,7 +132,7 @@ class FitResult:
 # Parameters that change how long or how safely a run trains, not what it learns:
 # a checkpoint written under other values of these is still resumed.
 RUN_CONTROL = frozenset({"epochs", "time_budget_s", "save_every_min", "force_retrain", "smoke",
-                         "processes", "max_steps"})
+                         "processes", "max_steps", "cuda_graphs"})
 
 
 def config_changes(saved: dict, current: dict) -> str:
