@@ -349,7 +349,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
         cuda_graphs: "off", "auto" or "strict": capture the model's training forward and
             backward as CUDA graphs at the first step and replay them (one launch each
             instead of one per kernel: for small, launch-bound models). Steps whose
-            inputs change shape run eagerly; "auto" also falls back when capture fails,
+            inputs change shape run eagerly; "auto" also falls back when capture fails
+            ("strict" raises then, and before training when there is no CUDA device),
             and ``FitResult.cuda_graphs`` says how many forwards replayed and why not.
             Warm-up runs the first batch 3 extra times (11 under DDP) without updating
             weights or BatchNorm statistics; it does draw from the CUDA RNG.
