@@ -18,6 +18,8 @@ import time
 
 import torch
 
+from . import memory
+
 PHASES = ("data_wait", "h2d", "compute", "optimizer")
 
 
@@ -171,9 +173,9 @@ class StepTimer:
         if not rows:
             return {}
         after = {p: round(max(r[p] for r in rows), 1) for p in rows[0]}
-        return {"memory_mb": {"allocated_after": after,
-                              "reserved": round(torch.cuda.memory_reserved(self.device) / 2**20, 1),
-                              "peak": round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)}}
+        totals = memory.stats_mb(self.device)
+        return {"memory_mb": {"allocated_after": after, "reserved": totals["reserved_mb"],
+                              "peak": totals["peak_mb"]}}
 
 
 def _phases(marks: dict, seconds) -> dict:

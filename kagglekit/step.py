@@ -74,8 +74,9 @@ def backward(model, batches: list, loss_fn, policy, scaler, *, split: int = 1,
                 if len(chunks) > 1:  # mean over the group, as one big batch would give
                     loss = loss / len(chunks)
             scaler.scale(loss).backward()
-        # clone: a loss the model returns itself may live in a graph's static output buffer
-        total = loss.detach().clone() if total is None else total + loss.detach()
+        # With several chunks the loss is a fresh tensor (divided above), so a graph
+        # replay of the next chunk cannot overwrite what ``total`` holds.
+        total = loss.detach() if total is None else total + loss.detach()
     return total.float()
 
 
