@@ -171,20 +171,3 @@ def edge_batches(edge_index: torch.Tensor, num_nodes: int, batch_size: int, seed
         pos = edge_index[:, order[i:i + batch_size]]
         neg = torch.randint(0, num_nodes, pos.shape, generator=g)
         yield pos, neg
-
-
-def average_precision(scores: torch.Tensor, labels: torch.Tensor) -> float:
-    """Area under the precision-recall curve (average precision, as scikit-learn defines it)."""
-    order = torch.argsort(scores, descending=True)
-    hits = labels[order].float()
-    if hits.sum() == 0:
-        return 0.0
-    precision = torch.cumsum(hits, 0) / torch.arange(1, len(hits) + 1)
-    return float((precision * hits).sum() / hits.sum())
-
-
-def pr_curve(scores: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    order = torch.argsort(scores, descending=True)
-    hits = labels[order].float()
-    tp = torch.cumsum(hits, 0)
-    return tp / torch.arange(1, len(hits) + 1), tp / hits.sum().clamp(min=1)

@@ -56,7 +56,11 @@ def dice_bce_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def dice(pred: torch.Tensor, truth: torch.Tensor) -> float:
-    """Dice of two binary masks (1.0 when both are empty)."""
+    """Dice of two binary masks (1.0 when both are empty).
+
+    Equal to scikit-learn's binary F1 (tests/test_metrics.py checks it) but counted in
+    torch, on the tensors' own device, without copying a whole volume to the host.
+    """
     pred, truth = pred.bool(), truth.bool()
     total = pred.sum() + truth.sum()
     return 1.0 if total == 0 else float(2 * (pred & truth).sum() / total)

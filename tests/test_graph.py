@@ -50,12 +50,6 @@ def test_edge_batches_cover_every_edge_once_with_as_many_negatives(data):
     assert seen == data.edge_index.shape[1]
 
 
-def test_average_precision_matches_the_definition():
-    scores = torch.tensor([0.9, 0.8, 0.7, 0.6])
-    labels = torch.tensor([1, 0, 1, 0])
-    assert graph.average_precision(scores, labels) == pytest.approx((1 + 2 / 3) / 2)
-
-
 def test_a_planetoid_folder_is_read_offline_with_pygs_own_class(tmp_path):
     """Writes a tiny data set in the Planetoid raw format, then loads it through PyG."""
     import pickle

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from .. import checkpoint, data, launcher, models
+from .. import checkpoint, data, launcher, metrics, models
 from ..train import fit, supervised
 
 
@@ -27,8 +27,8 @@ def seasonal_naive(windows, period: int) -> torch.Tensor:
 
 
 def scores(pred: torch.Tensor, truth: torch.Tensor) -> dict:
-    err = pred.float() - truth.float()
-    return {"mae": err.abs().mean().item(), "rmse": err.pow(2).mean().sqrt().item()}
+    """MAE and RMSE over every window and horizon step (scikit-learn's)."""
+    return metrics.regression(pred, truth)
 
 
 def truth(windows) -> torch.Tensor:
@@ -133,5 +133,5 @@ def xgboost_objective(cfg: dict, train, val):
                   "xgb_lr": trial.suggest_float("xgb_lr", 0.01, 0.3, log=True)}
         booster = train_xgboost(params, train, val)
         pred = booster.predict(xgb.DMatrix(x_val), iteration_range=(0, booster.best_iteration + 1))
-        return float(np.abs(pred.reshape(y_val.shape) - y_val).mean())
+        return metrics.regression(pred.reshape(y_val.shape), y_val)["mae"]
     return objective

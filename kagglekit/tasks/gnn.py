@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .. import checkpoint, data as data_mod, graph, launcher, models
+from .. import checkpoint, data as data_mod, graph, launcher, metrics, models
 from ..train import fit
 
 
@@ -55,19 +55,20 @@ def node_loss(classes: int, pos_weight: float = 1.0):
 
 
 def scores_of(logits: torch.Tensor, y: torch.Tensor, classes: int) -> dict:
-    """PR-AUC for a binary label; accuracy and macro PR-AUC (one vs rest) otherwise."""
-    logits, y = logits.float().cpu(), y.cpu()
-    if classes == 2:
-        return {"pr_auc": graph.average_precision(logits[:, 0], y)}
-    prob = logits.softmax(1)
-    macro = sum(graph.average_precision(prob[:, c], (y == c).long()) for c in range(classes)) / classes
-    return {"accuracy": float((prob.argmax(1) == y).float().mean()), "pr_auc": macro}
+    """PR-AUC, ROC-AUC and F1 for a binary label; accuracy, macro F1 and macro PR-AUC
+    (one class against the rest) otherwise; all by scikit-learn, from float32 logits."""
+    return metrics.classification(logits.float().cpu()[:, 0] if classes == 2 else logits.float().cpu(),
+                                  y.cpu())
 
 
 def full_graph_evaluator(data, mask: torch.Tensor, classes: int, device, prefix: str = "val_"):
-    """``evaluate(model)``: scores on ``mask`` from one full-graph forward pass."""
+    """``evaluate(model)``: scores on ``mask`` from one full-graph forward pass.
+
+    The pass runs outside autocast: fp16 logits would tie many scores and distort PR-AUC.
+    """
     def evaluate(model) -> dict:
-        logits = model(data.x.to(device), data.edge_index.to(device))
+        with torch.autocast(torch.device(device).type, enabled=False):
+            logits = model(data.x.to(device), data.edge_index.to(device))
         return {prefix + k: v for k, v in scores_of(logits[mask.to(device)], data.y[mask], classes).items()}
     return evaluate
 
@@ -197,9 +198,9 @@ def pr_figure(curves: dict):
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5, 4))
     for name, (scores, labels) in curves.items():
-        precision, recall = graph.pr_curve(torch.tensor(scores), torch.tensor(labels))
-        ap = graph.average_precision(torch.tensor(scores), torch.tensor(labels))
-        ax.plot(recall.numpy(), precision.numpy(), label=f"{name} (PR-AUC {ap:.3f})")
+        precision, recall = metrics.pr_curve(scores, labels)
+        ap = metrics.average_precision(scores, labels)
+        ax.plot(recall, precision, drawstyle="steps-post", label=f"{name} (PR-AUC {ap:.3f})")
     ax.set(xlabel="recall", ylabel="precision", title="test precision-recall", ylim=(0, 1.02))
     ax.legend()
     ax.grid(alpha=0.3)

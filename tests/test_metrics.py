@@ -1,0 +1,94 @@
+"""The kit's scores equal scikit-learn's, ties and DDP included."""
+import numpy as np
+import pytest
+import torch
+from sklearn import metrics as sk
+
+from kagglekit import launcher, metrics, segment3d
+from kagglekit.launcher import launch
+
+
+def _tied(seed: int, n: int = 1000):
+    """Scores rounded to one decimal (heavy ties, as fp16 logits give) and 5% positives."""
+    rng = np.random.default_rng(seed)
+    labels = (rng.random(n) < 0.05).astype(int)
+    scores = np.round(rng.random(n) * 0.7 + 0.3 * labels, 1)
+    return torch.tensor(scores, dtype=torch.float32), torch.tensor(labels)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_pr_auc_with_heavily_tied_scores_is_scikit_learns(seed):
+    scores, labels = _tied(seed)
+    assert len(torch.unique(scores)) <= 11  # ties everywhere
+    expected = sk.average_precision_score(labels.numpy(), scores.numpy())
+    assert abs(metrics.average_precision(scores, labels) - expected) < 1e-9
+    precision, recall = metrics.pr_curve(scores, labels)
+    p_ref, r_ref, _ = sk.precision_recall_curve(labels.numpy(), scores.numpy())
+    np.testing.assert_array_equal(precision, p_ref)
+    np.testing.assert_array_equal(recall, r_ref)
+
+
+def test_the_order_of_tied_rows_does_not_change_the_score():
+    scores, labels = _tied(0)
+    flipped = metrics.average_precision(scores.flip(0), labels.flip(0))
+    assert flipped == pytest.approx(metrics.average_precision(scores, labels), abs=1e-12)
+
+
+def test_binary_and_multiclass_scores_are_scikit_learns():
+    scores, labels = _tied(1)
+    out = metrics.binary(scores - 0.5, labels)
+    assert out["roc_auc"] == pytest.approx(sk.roc_auc_score(labels, scores), abs=1e-12)
+    assert out["f1"] == pytest.approx(sk.f1_score(labels, scores >= 0.5), abs=1e-12)
+    rng = np.random.default_rng(0)
+    logits, y = rng.normal(size=(300, 4)), rng.integers(0, 4, 300)
+    multi = metrics.classification(torch.tensor(logits), torch.tensor(y))
+    assert multi["accuracy"] == pytest.approx(sk.accuracy_score(y, logits.argmax(1)))
+    assert multi["f1_macro"] == pytest.approx(sk.f1_score(y, logits.argmax(1), average="macro"))
+    onehot = np.eye(4)[y]
+    assert multi["pr_auc"] == pytest.approx(sk.average_precision_score(onehot, logits, average="macro"))
+
+
+def test_no_positive_gives_nan_not_a_flattering_number():
+    assert np.isnan(metrics.average_precision(torch.rand(10), torch.zeros(10)))
+    assert np.isnan(metrics.roc_auc(torch.rand(10), torch.zeros(10)))
+
+
+def test_half_precision_scores_are_warned_about(monkeypatch):
+    monkeypatch.setattr(metrics, "_warned_half", False)
+    scores, labels = _tied(2)
+    with pytest.warns(UserWarning, match="float16.*outside autocast"):
+        metrics.average_precision(scores.half(), labels)
+
+
+def test_regression_scores_are_scikit_learns():
+    rng = np.random.default_rng(0)
+    pred, truth = rng.normal(size=(50, 12)), rng.normal(size=(50, 12))
+    out = metrics.regression(torch.tensor(pred), torch.tensor(truth))
+    assert out["mae"] == pytest.approx(sk.mean_absolute_error(truth.ravel(), pred.ravel()))
+    assert out["rmse"] == pytest.approx(np.sqrt(((pred - truth) ** 2).mean()))
+
+
+def test_the_kits_dice_equals_scikit_learns_binary_f1():
+    g = torch.Generator().manual_seed(0)
+    pred, truth = torch.rand(8, 8, 8, generator=g) > 0.6, torch.rand(8, 8, 8, generator=g) > 0.7
+    assert segment3d.dice(pred, truth) == pytest.approx(
+        sk.f1_score(truth.numpy().ravel(), pred.numpy().ravel()), abs=1e-6)
+
+
+def _score_my_shard(index_of_rank: dict):
+    """Each rank holds a different number of rows (and rank 1 a padded repeat)."""
+    scores, labels = _tied(3)
+    index = index_of_rank[launcher.context().rank]
+    s, y = metrics.gather(scores[index], labels[index], index=index)
+    return metrics.average_precision(s, y), len(s)
+
+
+def test_scores_from_two_ranks_of_unequal_size_equal_the_single_process_value():
+    shards = {0: torch.arange(0, 600), 1: torch.cat([torch.arange(600, 1000), torch.tensor([5])])}
+    ddp_score, rows = launch(_score_my_shard, shards, nprocs=2)
+    scores, labels = _tied(3)
+    assert rows == 1000  # every row once: the repeat was dropped
+    assert ddp_score == pytest.approx(metrics.average_precision(scores, labels), abs=1e-12)
+    # What averaging per-rank scores would have given instead: not the same number.
+    per_rank = [metrics.average_precision(scores[i], labels[i]) for i in (shards[0], shards[1][:-1])]
+    assert abs(sum(per_rank) / 2 - ddp_score) > 1e-3
