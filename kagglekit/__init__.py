@@ -10,7 +10,7 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = {"accel", "atomic", "budget", "cache", "checkpoint", "cudagraph", "data", "datasets", "env", "evaluate", "fitstate",
-               "gpus", "launcher", "memory", "metrics", "models", "params", "plots", "precision", "progress", "publish", "report",
+               "gpus", "identity", "launcher", "memory", "metrics", "models", "params", "plots", "precision", "progress", "publish", "report",
                "monitor", "graph", "rng", "run", "segment3d", "step", "tasks", "train", "tune"}
 _EXPORTS = {
     "start": "run", "Run": "run",

@@ -75,12 +75,20 @@ def _feed(obj, h) -> None:
         _feed(list(obj.tensors), h)
     elif hasattr(obj, "dataset") and hasattr(obj, "indices"):  # Subset
         _feed([obj.dataset, list(obj.indices)], h)
+    elif type(obj).__module__.startswith("torch_geometric") and hasattr(obj, "to_dict"):
+        _feed(obj.to_dict(), h)  # a PyG graph: every node, edge and mask tensor
     else:
-        h.update(json.dumps(obj, sort_keys=True, default=repr).encode())
+        text = json.dumps(obj, sort_keys=True, default=repr)
+        if " at 0x" in text:  # a repr with a memory address: different every run
+            raise TypeError(f"cannot fingerprint a {type(obj).__name__} by its content; pass "
+                            "its tensors, arrays, files or folder instead")
+        h.update(text.encode())
 
 
 def fingerprint(data) -> str:
-    """Content hash of tensors, arrays, datasets, files and folders (nested freely)."""
+    """Content hash of tensors, arrays, TensorDatasets and Subsets of them, PyG graphs,
+    files and folders, nested freely in lists, tuples and dicts. Other objects raise
+    TypeError (hashing their repr would change every run)."""
     h = hashlib.sha256()
     _feed(data, h)
     return h.hexdigest()

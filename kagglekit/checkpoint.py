@@ -26,6 +26,8 @@ from pathlib import Path
 import torch
 
 from . import atomic, env, rng
+from .cache import fingerprint
+from .identity import Identity
 
 _STEP_FILE = re.compile(r"^step-(\d{8,})\.json$")
 
@@ -109,27 +111,88 @@ def _better(a: float, b: float, mode: str) -> bool:
 class CheckpointManager:
     """Saves, prunes and finds checkpoints of one training run.
 
+    ``fit`` binds the manager to its run's ``Identity`` (config, data, model): the
+    checkpoints then live in ``<directory>/<identity key>/``, so a run of another
+    config, data or model starts fresh in a folder of its own and never resumes
+    from, prunes or deletes another run's checkpoints. Unbound (used directly),
+    it reads and writes ``directory`` itself.
+
     Args:
         directory: where this run writes (in the working dir).
         search: extra read-only folders to look in when resuming (default: any
             folder with the same relative name under the input roots).
         keep_last: how many of the newest checkpoints to keep.
         monitor / mode: sidecar metric that decides the best checkpoint, kept too.
+        data: what the run trains on (tensors, arrays, a PyG graph, files, a folder),
+            fingerprinted into its identity; default: the training loader's dataset
+            where it can be fingerprinted (tensors, TensorDataset and Subsets of it).
     """
 
     def __init__(self, directory: Path | str, *, search: list[Path] | None = None,
-                 keep_last: int = 2, monitor: str | None = None, mode: str = "min"):
+                 keep_last: int = 2, monitor: str | None = None, mode: str = "min", data=None):
         if mode not in ("min", "max"):
             raise ValueError(f"mode={mode!r} must be 'min' or 'max'")
-        self.directory = Path(directory)
-        self.search = search if search is not None else self._input_mirrors()
+        self.root = Path(directory)
+        self._search_roots = search
         self.keep_last = max(1, keep_last)
         self.monitor, self.mode = monitor, mode
+        self.data = data
+        self.identity: Identity | None = None
+
+    @property
+    def directory(self) -> Path:
+        """This run's folder: ``<root>/<identity key>`` once bound, else the root."""
+        return self.root / self.identity.key if self.identity else self.root
+
+    @property
+    def search_roots(self) -> list[Path]:
+        if self._search_roots is None:  # found once: inputs do not change during a run
+            self._search_roots = self._input_mirrors()
+        return self._search_roots
+
+    @property
+    def search(self) -> list[Path]:
+        """The read-only folders that may hold this run's checkpoints."""
+        key = self.identity.key if self.identity else None
+        return [root / key if key else root for root in self.search_roots]
 
     def _input_mirrors(self) -> list[Path]:
         # The previous version's output holds the same "checkpoints/<name>" path.
-        tail = Path(*self.directory.parts[-2:])
+        tail = Path(*self.root.parts[-2:])
         return [p for p in env.find_inputs(str(tail)) if p.is_dir()]
+
+    # ---- identity ------------------------------------------------------
+    def identity_for(self, config: dict | None, model: torch.nn.Module, loader=None) -> Identity:
+        """The identity of training ``model`` with ``config`` on this manager's data
+        (or, without it, on ``loader``'s dataset when that can be fingerprinted)."""
+        data = self.data
+        if data is None and loader is not None:
+            dataset = getattr(loader, "dataset", None)
+            try:
+                if dataset is None:
+                    raise TypeError("no dataset")
+                return Identity.of(config, model, dataset, fingerprint(dataset))
+            except TypeError:  # a custom Dataset: pass data= to know when it changes
+                data = None
+        return Identity.of(config, model, data)
+
+    def bind(self, identity: Identity) -> "CheckpointManager":
+        """Keep this run's checkpoints in ``<directory>/<identity.key>`` from now on."""
+        self.identity = identity
+        return self
+
+    def others(self) -> list[Found]:
+        """Checkpoints of other identities (here and in the inputs), newest first."""
+        if self.identity is None:
+            return []
+        found = []
+        for root in [self.root, *self.search_roots]:
+            found += _scan(root)  # a flat folder from an older layout
+            if root.is_dir():
+                for sub in root.iterdir():
+                    if sub.is_dir() and sub.name != self.identity.key:
+                        found += _scan(sub)
+        return sorted(found, key=lambda f: -float(f.meta.get("time", 0)))
 
     # ---- writing -------------------------------------------------------
     def save(self, state: dict, *, step: int, epoch: int = 0, metrics: dict | None = None,
@@ -144,6 +207,8 @@ class CheckpointManager:
         meta = {"step": step, "epoch": epoch, "final": final, "metrics": metrics or {},
                 "config": config or {}, "versions": _versions(), "time": time.time(),
                 "sha256": atomic.sha256_file(payload), "file": payload.name}
+        if self.identity is not None:
+            meta["identity"] = self.identity.as_dict()
         atomic.write_json(payload.with_suffix(".json"), meta)
         self._prune()
         return payload
@@ -172,7 +237,8 @@ class CheckpointManager:
                 leftover.unlink(missing_ok=True)
 
     def clear(self) -> None:
-        """Delete this run's checkpoints in the working dir (inputs are read-only)."""
+        """Delete this run's checkpoints in the working dir (inputs are read-only);
+        once bound, only this identity's folder: other runs' checkpoints stay."""
         for f in _scan(self.directory):
             f.sidecar.unlink(missing_ok=True)
             f.path.unlink(missing_ok=True)

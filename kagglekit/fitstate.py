@@ -1,7 +1,7 @@
 """What a training run carries between steps: its state, early stopping, its result.
 
 ``LoopState`` is what goes into every checkpoint; ``FitResult`` is what ``fit``
-returns; ``config_changes`` decides whether a checkpoint belongs to this run.
+returns (``identity`` decides whether a checkpoint belongs to this run).
 """
 from __future__ import annotations
 
@@ -127,17 +127,3 @@ class FitResult:
                 "step_breakdown": self.breakdown, "gpu": self.gpu,
                 "gpu_timeline": _thin(self.gpu_samples, TIMELINE_POINTS),
                 "diagnosis": self.diagnosis() if self.breakdown.get("sampled_steps") else None}
-
-
-# Parameters that change how long or how safely a run trains, not what it learns:
-# a checkpoint written under other values of these is still resumed.
-RUN_CONTROL = frozenset({"epochs", "time_budget_s", "save_every_min", "force_retrain", "smoke",
-                         "processes", "max_steps", "cuda_graphs"})
-
-
-def config_changes(saved: dict, current: dict) -> str:
-    """"name: old -> new" for every config key that differs (run-control keys aside)."""
-    keys = (set(saved) | set(current)) - RUN_CONTROL
-    diffs = [f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in sorted(keys)
-             if saved.get(k) != current.get(k)]
-    return ", ".join(diffs)

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from . import accel, cudagraph, data, monitor, precision as precision_mod, step as step_mod
 from .budget import Budget
 from .checkpoint import CheckpointManager, restore, snapshot
-from .fitstate import EarlyStopping, FitResult, LoopState, config_changes  # noqa: F401 (re-exported)
+from .fitstate import EarlyStopping, FitResult, LoopState  # noqa: F401 (re-exported)
 from .progress import bar as progress_bar
 
 LossFn = Callable[[torch.nn.Module, object], torch.Tensor]
@@ -134,24 +134,20 @@ class _Run:
         self.save_s = time.monotonic() - started
 
     def resume(self) -> bool:
-        """Restore the newest usable checkpoint; True if it marks finished training."""
+        """Restore the newest usable checkpoint of this run's identity (config, data,
+        model); True if it marks finished training."""
         if self.checkpoints is None:
             return False
+        self.checkpoints.bind(self.checkpoints.identity_for(self.config, self.model, self.loader))
         if not self.resume_enabled:  # start over: stale higher steps would win later resumes
             if self.rank == 0:
                 self.checkpoints.clear()
             return False
         found = self.checkpoints.load_latest(map_location=self.device)
         if found is None:
+            self.say_why_not_resumed()
             return False
         where, state = found
-        changed = config_changes(where.meta.get("config", {}), self.config)
-        if changed:
-            warnings.warn(f"not resuming from {where.path}: it was trained with a different "
-                          f"config ({changed}); training from scratch", stacklevel=3)
-            if self.rank == 0:
-                self.checkpoints.clear()
-            return False
         restore(state, self.model, self.optimizer, self.scheduler, self.scaler)
         loop = state["loop"]
         self.state = LoopState(step=loop["step"], epoch=loop["epoch"],
@@ -167,6 +163,18 @@ class _Run:
             print(f"kagglekit: resumed from {where.path} (step {self.state.step}, "
                   f"epoch {self.state.epoch}, batch {self.state.batches_done})", flush=True)
         return bool(where.meta.get("final"))
+
+    def say_why_not_resumed(self) -> None:
+        """One line naming what differs from the newest checkpoint of another run."""
+        others = self.checkpoints.others() if self.rank == 0 else []
+        if not others:
+            return
+        other = others[0]
+        why = self.checkpoints.identity.differences(other.meta.get("identity") or
+                                                    {"config": other.meta.get("config", {})})
+        warnings.warn(f"not resuming {other.path}: it was trained with "
+                      f"{'; '.join(why) or 'another identity'}. Training from scratch in "
+                      f"{self.checkpoints.directory} (that run's checkpoints are kept).", stacklevel=4)
 
     # ---- the loop ------------------------------------------------------
     def should_stop_for_time(self, steps_ahead: int = 1) -> bool:

@@ -192,13 +192,17 @@ def _worker_main(index: int, gpus: int, threads: int, args: tuple) -> None:
 def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path | str,
              direction: str = "maximize", workers: int | None = None, storage: str | None = None,
              time_budget=None, sampler=None, pruner=None, seed: int | None = 0,
-             heartbeat_s: int = 10, grace_s: int = 30, max_retry: int = 3):
+             heartbeat_s: int = 10, grace_s: int = 30, max_retry: int = 3, key=None):
     """Run ``objective`` until the study holds ``n_trials`` finished trials in total.
 
     Args:
         objective: ``objective(trial) -> float``; report per-epoch values with
             ``pruning_hook(trial)`` in ``fit(on_epoch_end=...)`` to be pruned early.
         name: study name; the SQLite file is ``<directory>/<name>.db``.
+        key: what the trials depend on besides their own parameters (the data, fixed
+            settings; anything ``cache.fingerprint`` takes). The study is kept per key
+            (``<name>-<fingerprint>``): a search on other data starts its own study
+            instead of continuing, and counting, the trials of another data set.
         n_trials: total finished (complete or pruned) trials across all sessions.
         workers: processes (default: one per GPU, else 1). Each sees only its GPU.
         storage: any Optuna storage URL instead of the SQLite file (e.g. PostgreSQL).
@@ -209,6 +213,9 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
     """
     from .gpus import inventory
     from .gpus import cuda_initialised
+    if key is not None:
+        from .cache import fingerprint
+        name = f"{name}-{fingerprint(key)[:10]}"
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     db = directory / f"{name}.db"

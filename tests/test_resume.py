@@ -75,4 +75,4 @@ def test_resume_from_a_state_found_only_in_an_attached_input(tmp_path, reference
     assert "/input/notebooks/me/job-kernel/checkpoints/job/" in resumed["resumed_from"]
     _assert_same_weights(resumed["model"], reference["model"])
     # The new version writes its own checkpoints; the input stays untouched.
-    assert list((root / "working" / "checkpoints" / "job").glob("step-*.pt"))
+    assert list((root / "working" / "checkpoints" / "job").rglob("step-*.pt"))

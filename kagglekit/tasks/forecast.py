@@ -55,7 +55,8 @@ def train_lstm(cfg: dict, train, val, output_dir: str, fresh: bool = False) -> d
                  val_loader=val_loader, scheduler=scheduler, precision=cfg["precision"],
                  device=ctx.device, clip_grad_norm=1.0,
                  checkpoints=checkpoint.CheckpointManager(
-                     Path(output_dir) / "checkpoints" / "lstm", monitor="val_loss"),
+                     Path(output_dir) / "checkpoints" / "lstm", monitor="val_loss",
+                     data=train.data),
                  resume=not fresh, config=cfg)
     if not ctx.is_main:
         return None

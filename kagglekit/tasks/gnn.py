@@ -109,13 +109,14 @@ def pretrain(cfg: dict, data, output_dir: str) -> dict | None:
     result = fit(encoder, torch.optim.AdamW(encoder.parameters(), lr=cfg["lr"]), loader, link_loss,
                  epochs=cfg["pretrain_epochs"], limit_batches=cfg["pretrain_batches"] or None,
                  precision=cfg["precision"], device=ctx.device,
-                 checkpoints=checkpoint.CheckpointManager(Path(output_dir) / "checkpoints" / "pretrain"),
+                 checkpoints=checkpoint.CheckpointManager(Path(output_dir) / "checkpoints" / "pretrain",
+                                                          data=[data.x, data.edge_index]),
                  config={k: cfg[k] for k in ("hidden", "dropout", "edge_batch", "fanouts", "lr",
                                              "pretrain_batches", "seed")})
     if not ctx.is_main:
         return None
     return {"state": {k: v.cpu() for k, v in checkpoint.unwrap(encoder).state_dict().items()},
-            "history": result.history}
+            "history": result.history, "fit": result.summary()}
 
 
 def finetune(cfg: dict, data, encoder_state: dict | None, output_dir: str | None = None,
@@ -133,7 +134,7 @@ def finetune(cfg: dict, data, encoder_state: dict | None, output_dir: str | None
                                backend=cfg.get("sampler", "auto"))
     positives = float(data.y[data.train_mask].float().mean()) if classes == 2 else 0.5
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
-    ckpt = (checkpoint.CheckpointManager(Path(output_dir) / "checkpoints" / "gnn",
+    ckpt = (checkpoint.CheckpointManager(Path(output_dir) / "checkpoints" / "gnn", data=data,
                                          monitor="val_pr_auc", mode="max") if output_dir else None)
     result = fit(model, opt, loader, node_loss(classes, (1 - positives) / max(positives, 1e-6)),
                  epochs=epochs or cfg["epochs"], precision=cfg["precision"], device=ctx.device,

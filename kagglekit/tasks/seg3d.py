@@ -43,7 +43,8 @@ def train_and_predict(cfg: dict, volumes: dict, output_dir: str) -> dict | None:
     scheduler = _scheduler(optimizer, cfg["warmup_steps"], cfg["restart_epochs"] * steps_per_epoch)
     loss_fn = lambda m, batch: segment3d.dice_bce_loss(m(batch[0]), batch[1])  # noqa: E731
     ckpt = checkpoint.CheckpointManager(Path(output_dir) / "checkpoints" / "unet3d",
-                                        monitor="val_dice", mode="max")
+                                        monitor="val_dice", mode="max",
+                                        data=[volumes["train"], volumes["val"]])  # not test
     result = fit(model, optimizer, train_loader, loss_fn, epochs=cfg["epochs"],
                  evaluate=evaluate.segmentation(val_loader, ctx.device, segment3d.dice_bce_loss),
                  scheduler=scheduler, precision=cfg["precision"], device=ctx.device,
