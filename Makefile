@@ -8,7 +8,7 @@ NB ?=
 P ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup run test bench lint clean build push status output compare
+.PHONY: setup run view test bench lint clean build push status output compare
 
 setup: $(STAMP)
 
@@ -24,6 +24,10 @@ $(STAMP): requirements.txt pyproject.toml
 ## run: execute the notebooks locally (NB=name for one, P="epochs=3 seed=1" to override)
 run: $(STAMP)
 	$(PY) -m kagglekit.cli run $(NB) $(foreach p,$(P),-p $(p))
+
+## view: the executed notebook as a person sees it: runs/<NB>/<NB>.html (+ .png with Chromium)
+view: $(STAMP)
+	$(PY) -m kagglekit.cli view $(NB)
 
 ## test: the whole suite on CPU (GPU tests are skipped without a GPU)
 test: $(STAMP)

@@ -9,14 +9,14 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {"accel", "atomic", "budget", "cache", "checkpoint", "cudagraph", "data", "datasets", "env", "evaluate", "fitstate",
+_SUBMODULES = {"accel", "atomic", "budget", "cache", "checkpoint", "cudagraph", "data", "datasets", "display", "env", "evaluate", "fitstate",
                "gpus", "identity", "launcher", "memory", "metrics", "models", "params", "plots", "precision", "progress", "publish", "report",
                "monitor", "graph", "rng", "run", "segment3d", "step", "tasks", "train", "tune"}
 _EXPORTS = {
     "start": "run", "Run": "run",
     "fit": "train", "supervised": "train", "EarlyStopping": "fitstate", "FitResult": "fitstate",
     "CheckpointManager": "checkpoint", "make_loader": "data", "Budget": "budget",
-    "seed_everything": "env", "launch": "launcher",
+    "seed_everything": "env", "launch": "launcher", "headline": "display",
 }
 
 __all__ = sorted(_SUBMODULES | set(_EXPORTS) | {"__version__"})

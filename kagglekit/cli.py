@@ -1,4 +1,4 @@
-"""Command line: ``python -m kagglekit.cli {run,build,push,status,output,compare} [NB ...]``."""
+"""Command line: ``python -m kagglekit.cli {run,view,build,push,status,output,compare} [NB ...]``."""
 from __future__ import annotations
 
 import argparse
@@ -36,6 +36,34 @@ def cmd_run(args) -> int:
         summary = json.loads(metrics.read_text()) if metrics.exists() else {}
         keys = [k for k in summary if k not in ("config", "env", "notebook")]
         print(f"== {nb.stem}: done -> {out}/ ({', '.join(keys[:8])})", flush=True)
+    return 0
+
+
+def cmd_view(args) -> int:
+    """The executed notebook as a person sees it: HTML (nbconvert), and a PNG screenshot
+    where a headless Chromium is installed."""
+    import shutil
+    import subprocess
+    for nb in _notebooks(args.notebooks):
+        executed = Path(args.runs) / nb.stem / nb.name
+        if not executed.exists():
+            print(f"{nb.stem}: no executed notebook at {executed} (make run NB={nb.stem})",
+                  file=sys.stderr)
+            return 1
+        html = executed.with_suffix(".html")
+        subprocess.run([sys.executable, "-m", "nbconvert", "--to", "html", "--log-level", "ERROR",
+                        str(executed), "--output", html.name], check=True)
+        print(f"{nb.stem}: {html}")
+        browser = next((b for b in ("chromium", "chromium-browser", "google-chrome")
+                        if shutil.which(b)), None)
+        if browser is None:
+            print("  (no headless Chromium here: open the HTML file in a browser)")
+            continue
+        png = html.with_suffix(".png")
+        subprocess.run([browser, "--headless", "--no-sandbox", "--hide-scrollbars",
+                        f"--screenshot={png.resolve()}", "--window-size=1200,6000",
+                        html.resolve().as_uri()], check=True, capture_output=True)
+        print(f"{nb.stem}: {png}")
     return 0
 
 
@@ -120,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
     run.add_argument("--output", default="runs", help="output root (default: runs/)")
     run.set_defaults(func=cmd_run)
+    view = sub.add_parser("view", help="render executed notebooks to HTML (and a screenshot)")
+    view.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
+    view.add_argument("--runs", default="runs", help="where the executed notebooks are")
+    view.set_defaults(func=cmd_view)
     for name, func, text in (("build", cmd_build, "render notebooks for Kaggle into build/kaggle/"),
                              ("push", cmd_push, "build, validate and push as Kaggle kernels"),
                              ("status", cmd_status, "the Kaggle run's status (non-zero on ERROR)"),

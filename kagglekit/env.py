@@ -133,9 +133,21 @@ def report(precision: str = "auto", output_dir: Path | None = None,
     }
     env = EnvReport(here, gpus, policy, data)
     if verbose:
-        shown = {k: v for k, v in data.items() if k != "gpus"}
-        print("kagglekit environment\n" + str(EnvReport(here, gpus, policy, shown)), file=sys.stdout)
+        _show(data)
     return env
+
+
+def _show(data: dict) -> None:
+    """The report as a table; where the kit came from and where outputs go, by name
+    only (absolute local paths say nothing to a reader of the notebook)."""
+    from . import display
+    shown = {k: v for k, v in data.items() if k not in ("gpus", "kagglekit_path", "input_roots")}
+    shown["output_dir"] = Path(data["output_dir"]).name if data["output_dir"] else ""
+    shown["inputs"] = len(data["input_roots"])
+    if display.in_notebook():
+        display.show_table([{"": k, "value": str(v)} for k, v in shown.items()])
+    else:
+        print("kagglekit environment\n" + "\n".join(f"  {k:<12}  {v}" for k, v in shown.items()))
 
 
 def check_accelerator(gpus: list, expected: str) -> dict:

@@ -47,25 +47,3 @@ def bar_table(rows: list[dict], label: str, values: list[str], title: str = ""):
         fig.suptitle(title)
     fig.tight_layout()
     return fig
-
-
-def table(rows: list[dict], digits: int = 4) -> str:
-    """A plain-text table of dicts (printed in notebooks and logs)."""
-    if not rows:
-        return ""
-    keys = list(rows[0])
-    cells = [[_fmt(r.get(k), digits) for k in keys] for r in rows]
-    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
-    lines = ["  ".join(k.ljust(w) for k, w in zip(keys, widths))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
-    text = "\n".join(lines)
-    print(text)
-    return text
-
-
-def _fmt(value, digits: int) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}"
-    return str(value)

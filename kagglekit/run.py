@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import atomic, env, params
+from . import atomic, display, env, params
 from .checkpoint import CheckpointManager
 
 
@@ -104,14 +104,37 @@ class Run:
         atomic.write_json(path, payload)
         return path
 
-    def savefig(self, fig, name: str) -> Path:
-        """Save a matplotlib figure as ``<output>/<name>.png`` and close it."""
-        import matplotlib.pyplot as plt
-        path = self.output_dir / f"{name}.png"
-        with atomic.atomic_path(path) as tmp:
-            fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        return path
+    def savefig(self, fig, name: str) -> None:
+        """Save a matplotlib figure as ``<output>/<name>.png``, show it inline, close it.
+
+        Returns nothing, so a cell ending with it shows the figure, not a path."""
+        save_figure(fig, self.output_dir / f"{name}.png")
+
+    def table(self, rows: list[dict], digits: int = 4) -> None:
+        """Show ``rows`` as a table (HTML in a notebook)."""
+        display.show_table(rows, digits)
+
+    def summary(self, headlines: list[dict]) -> None:
+        """The closing cell: each headline result beside its baseline and criterion,
+        with a pass/fail mark (``display.headline`` makes the rows); into metrics.json too."""
+        self.log(summary=headlines)
+        display.show_markdown(display.summary_markdown(headlines))
+        display.show_table([{"result": h["result"], "value": h["value"],
+                             "baseline": f"{h['vs']} {h['baseline']:.4g}" if h["baseline"] is not None else "",
+                             "criterion": h["criterion"],
+                             "pass": {True: "yes", False: "NO", None: ""}[h["passed"]]}
+                            for h in headlines])
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Write ``fig`` as a PNG atomically, show it inline in a notebook, close it
+    (closing keeps a long notebook's memory flat)."""
+    import matplotlib.pyplot as plt
+    with atomic.atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    display.show_png(path)
+    return path
 
 
 def start(namespace: dict, name: str, *, smoke: dict | None = None,

@@ -50,16 +50,20 @@ def run_notebook(notebook: Path | str, params: dict | None = None, *,
     out = Path(output_dir) if output_dir else Path(output_root) / notebook.stem
     out.mkdir(parents=True, exist_ok=True)
     _venv_kernel_env()
-    previous = os.environ.get("KAGGLEKIT_OUTPUT")
-    os.environ["KAGGLEKIT_OUTPUT"] = str(out.resolve())  # the kernel inherits it
+    # The kernel inherits these: where outputs go, and that nobody watches (progress as lines).
+    overrides = {"KAGGLEKIT_OUTPUT": str(out.resolve()),
+                 "KAGGLEKIT_BATCH": os.environ.get("KAGGLEKIT_BATCH", "1")}
+    previous = {k: os.environ.get(k) for k in overrides}
+    os.environ.update(overrides)
     try:
         papermill.execute_notebook(
             str(notebook), str(out / notebook.name), parameters=params or {},
             kernel_name="python3", cwd=str(Path.cwd()), progress_bar=progress,
             execution_timeout=timeout_s, log_output=False)
     finally:
-        if previous is None:
-            os.environ.pop("KAGGLEKIT_OUTPUT", None)
-        else:
-            os.environ["KAGGLEKIT_OUTPUT"] = previous
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     return out

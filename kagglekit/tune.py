@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-from . import env
+from . import env, progress
 from .budget import Budget
 
 FINISHED = ("COMPLETE", "PRUNED")
@@ -53,6 +53,8 @@ def adopt_previous(db: Path, name: str) -> Path | None:
 
 def _storage(url: str, heartbeat_s: int, grace_s: int, max_retry: int):
     import optuna
+    if not os.environ.get("KAGGLEKIT_VERBOSE"):  # "A new study created..." on every load
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return _rdb(url, heartbeat_s, grace_s, max_retry)
@@ -159,18 +161,28 @@ def _work(objective: Callable, name: str, url: str, direction: str, n_trials: in
         trial, reason = _next_trial(study, lock, n_trials, budget)
         if trial is None:
             return reason
-        with _heartbeat(study._storage, trial._trial_id, options.get("heartbeat_s", 10) / 2):
+        started = time.monotonic()
+        with _heartbeat(study._storage, trial._trial_id, options.get("heartbeat_s", 10) / 2), \
+                progress.quiet():  # one line per trial, not a progress bar per fit
             try:
                 value = objective(trial)
-            except optuna.TrialPruned:
+            except optuna.TrialPruned as pruned:
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                _say(trial, f"pruned ({pruned})", started)
                 continue
             except Exception as err:  # noqa: BLE001 - one bad trial must not end the search
-                print(f"kagglekit tune: trial {trial.number} failed: {type(err).__name__}: {err}",
-                      flush=True)
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                _say(trial, f"failed: {type(err).__name__}: {err}", started)
                 continue
         study.tell(trial, value)
+        _say(trial, f"{value:.4g}", started)
+
+
+def _say(trial, outcome: str, started: float) -> None:
+    params = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                       for k, v in trial.params.items())
+    print(f"kagglekit tune: trial {trial.number}: {outcome} [{params}] "
+          f"{time.monotonic() - started:.1f}s", flush=True)
 
 
 def _worker_main(index: int, gpus: int, threads: int, args: tuple) -> None:
@@ -299,6 +311,7 @@ def _plots(study, output_dir: Path, prefix: str) -> list[str]:
     from optuna.visualization import matplotlib as ovm
 
     from .plots import _pyplot
+    from .run import save_figure
     plt = _pyplot()
     made = []
     for name, plot in (("history", ovm.plot_optimization_history),
@@ -313,8 +326,6 @@ def _plots(study, output_dir: Path, prefix: str) -> list[str]:
                 print(f"kagglekit tune: no {name} plot ({type(err).__name__}: {err})")
                 continue
             fig = (ax.flat[0] if hasattr(ax, "flat") else ax).figure
-            path = output_dir / f"{prefix}_{name}.png"
-            fig.savefig(path, dpi=110, bbox_inches="tight")
-            plt.close(fig)
+            path = save_figure(fig, output_dir / f"{prefix}_{name}.png")
         made.append(path.name)
     return made

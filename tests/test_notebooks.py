@@ -32,6 +32,37 @@ def _metrics(out: Path) -> dict:
     return json.loads((out / "metrics.json").read_text())
 
 
+def _outputs(executed: Path) -> list[tuple[int, dict]]:
+    cells = json.loads(executed.read_text())["cells"]
+    return [(i, o) for i, c in enumerate(cells) if c["cell_type"] == "code" for o in c["outputs"]]
+
+
+def _text(output: dict) -> str:
+    text = output.get("text", "")
+    return "".join(text) if isinstance(text, list) else text
+
+
+def assert_reads_as_a_report(out: Path, name: str) -> None:
+    """The executed notebook is the report: every saved figure inline, the summary as an
+    HTML table in the last cell, nothing on stderr."""
+    import base64
+    executed = out / f"{name}.ipynb"
+    outputs = _outputs(executed)
+    inline = {base64.b64decode("".join(o["data"]["image/png"]))
+              for _, o in outputs if "image/png" in o.get("data", {})}
+    saved = sorted(out.glob("*.png"))
+    assert saved and all(p.read_bytes() in inline for p in saved), \
+        [p.name for p in saved if p.read_bytes() not in inline]
+    last = max(i for i, _ in outputs)
+    assert any("<table" in "".join(o.get("data", {}).get("text/html", "")) for i, o in outputs
+               if i == last), "the summary cell shows no HTML table"
+    results = ["".join(o["data"].get("text/plain", "")) for _, o in outputs
+               if o["output_type"] == "execute_result"]
+    assert not results, f"a value shown as its repr: {results}"
+    stderr = [_text(o) for _, o in outputs if o.get("name") == "stderr"]
+    assert not stderr, stderr
+
+
 @pytest.mark.slow
 def test_quickstart_trains_then_a_rerun_skips_training(tmp_path):
     out = run_notebook(REPO / "notebooks" / "quickstart.ipynb", {"smoke": True},
@@ -44,6 +75,8 @@ def test_quickstart_trains_then_a_rerun_skips_training(tmp_path):
     from kagglekit.monitor import ADVICE
     assert first["fit"]["diagnosis"]["verdict"] in ADVICE and first["fit"]["step_breakdown"]["sampled_steps"]
     assert (out / "fit_step_time.png").exists()  # the monitoring every run gets
+    assert first["summary"][0]["result"] == "validation accuracy" and first["summary"][0]["passed"]
+    assert_reads_as_a_report(out, "quickstart")
     # Switching CUDA graphs on changes how steps launch, not what they learn: still finished.
     second = _metrics(run_notebook(REPO / "notebooks" / "quickstart.ipynb",
                                    {"smoke": True, "cuda_graphs": "auto"}, output_dir=out,
@@ -113,6 +146,7 @@ def test_sequence_models_compares_three_architectures(tmp_path):
     assert _finite_numbers(m)
     for png in ("models.png", "learning_curves_lstm.png", "step_time.png", "sequence_models.ipynb"):
         assert (out / png).exists()
+    assert_reads_as_a_report(out, "sequence_models")
 
 
 @pytest.mark.slow
@@ -128,6 +162,7 @@ def test_segmentation_3d_on_two_ddp_processes_beats_the_baselines(tmp_path):
     names = zipfile.ZipFile(out / "submission.zip").namelist()
     assert names == [f"{i}.npy" for i in m["test_dice_per_volume"]]
     assert (out / "slices.png").exists() and (out / "learning_curves.png").exists()
+    assert_reads_as_a_report(out, "segmentation_3d")
 
 
 @pytest.mark.slow
@@ -170,6 +205,7 @@ def test_timeseries_rerun_hits_the_cache_for_every_model_and_trains_nothing(tmp_
     assert _finite_numbers(first) and all(r["mae"] > 0 for r in rows.values())
     assert first["search"]["trials"] == {"COMPLETE": 3}  # the Optuna search ran its total
     assert (out / "tune_xgboost_best_params.json").exists()
+    assert_reads_as_a_report(out, "timeseries_forecast")
     checkpoints = sorted((out / "checkpoints" / "lstm").rglob("step-*"))
     assert checkpoints
     stamps = [p.stat().st_mtime_ns for p in checkpoints]
@@ -208,6 +244,7 @@ def test_gpu_utilization_measures_each_strategy_and_says_what_it_skipped(tmp_pat
     assert all(r["verdict"] in ADVICE for r in measured.values())  # one of the known verdicts
     for png in ("strategies.png", "breakdown.png", "memory.png"):
         assert (out / png).exists()
+    assert_reads_as_a_report(out, "gpu_utilization")
 
 
 @pytest.mark.slow
@@ -220,3 +257,18 @@ def test_gnn_beats_the_mlp_baseline_on_the_builtin_graph(tmp_path):
     assert m["run_seconds"] > 0 and (m["gpu_utilisation"] is None) == (not m["env"]["gpus"])
     for png in ("pr_curve.png", "learning_curves.png", "tune_gnn_history.png"):
         assert (out / png).exists()
+    assert_reads_as_a_report(out, "gnn_node_classification")
+    trials = [line for _, o in _outputs(out / "gnn_node_classification.ipynb")
+              for line in _text(o).splitlines() if line.startswith("kagglekit tune: trial")]
+    assert len(trials) == 2  # one line per search trial, no progress bars of its fits
+
+
+@pytest.mark.slow
+def test_a_training_of_200_steps_under_papermill_leaves_a_few_progress_lines(tmp_path):
+    out = run_notebook(REPO / "notebooks" / "quickstart.ipynb", {"epochs": 2, "samples": 8192},
+                       output_dir=tmp_path / "q", progress=False)
+    assert _metrics(out)["fit"]["steps"] >= 200
+    lines = [line for _, o in _outputs(out / "quickstart.ipynb") for line in _text(o).splitlines()]
+    progress = [line for line in lines if line.startswith("train:")]
+    assert 1 <= len(progress) <= 5, progress  # a line per epoch at most, never one per refresh
+    assert len(lines) <= 40
