@@ -22,12 +22,22 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_MODE = 0o666 & ~_umask()  # what open() would give: mkstemp's 0600 is for its own secrecy
+
+
 @contextmanager
 def atomic_path(path: Path | str):
     """Yield a temporary path next to ``path``; on success it replaces ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, _MODE)
     os.close(fd)
     try:
         yield Path(tmp)

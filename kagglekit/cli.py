@@ -1,9 +1,10 @@
-"""Command line: ``python -m kagglekit.cli {run,view,build,push,status,output,compare} [NB ...]``."""
+"""Command line: ``python -m kagglekit.cli {run,runs,view,build,push,status,output,compare} [NB ...]``."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 NOTEBOOKS = Path("notebooks")
@@ -23,19 +24,70 @@ def _notebooks(names: list[str]) -> list[Path]:
 
 
 def cmd_run(args) -> int:
-    from .runner import parse_overrides, run_notebook
-
+    """Every notebook's parameters are checked before the first kernel starts; each run
+    goes to its configuration's folder; a table of headline results at the end."""
+    from .params import ParameterError
+    from .runner import parse_overrides, run_folder, run_notebook
     try:
         params = parse_overrides(args.param)
-    except ValueError as err:
-        raise SystemExit(str(err))
-    for nb in _notebooks(args.notebooks):
-        print(f"== {nb.stem}: running with {params or 'its defaults'}", flush=True)
-        out = run_notebook(nb, params, output_root=args.output)
-        metrics = out / "metrics.json"
-        summary = json.loads(metrics.read_text()) if metrics.exists() else {}
-        keys = [k for k in summary if k not in ("config", "env", "notebook")]
-        print(f"== {nb.stem}: done -> {out}/ ({', '.join(keys[:8])})", flush=True)
+        notebooks = _notebooks(args.notebooks)
+        for nb in notebooks:  # a typo fails here, before any kernel
+            run_folder(nb, params, args.output)
+    except (ValueError, ParameterError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    rows = [_run_one(nb, params, args.output, run_notebook) for nb in notebooks]
+    if len(rows) > 1:
+        print("\n" + _text_table(rows))
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+def _run_one(nb: Path, params: dict, output_root: str, run_notebook) -> dict:
+    from .runfolders import headline_text
+    from .runner import one_line, run_folder
+    folder = run_folder(nb, params, output_root)
+    print(f"== {nb.stem}: running with {params or 'its defaults'} -> {folder}/", flush=True)
+    started = time.monotonic()
+    try:
+        run_notebook(nb, params, output_root=output_root)
+        status = "ok"
+    except Exception as err:  # noqa: BLE001 - one line here; the traceback is in error.log
+        status = "failed"
+        print(f"== {nb.stem}: FAILED: {one_line(err)}\n   full traceback: {folder}/error.log",
+              file=sys.stderr, flush=True)
+    metrics = folder / "metrics.json"
+    summary = json.loads(metrics.read_text()).get("summary", []) if metrics.exists() else []
+    row = {"notebook": nb.stem, "status": status, "headline": headline_text(summary),
+           "wall_s": round(time.monotonic() - started, 1), "folder": str(folder)}
+    if status == "ok":
+        print(f"== {nb.stem}: done in {row['wall_s']} s -> {folder}/")
+        for line in row["headline"].split("; "):
+            print(f"   {line}")
+    return row
+
+
+def _latest(folder: Path) -> Path:
+    """A notebook's last successful run folder (``latest``), else the folder itself."""
+    return folder / "latest" if (folder / "latest").exists() else folder
+
+
+def _text_table(rows: list[dict]) -> str:
+    from .display import frame
+    return frame(rows).to_string(index=False)
+
+
+def cmd_runs(args) -> int:
+    """Every local run with its status and headline results, newest first per notebook."""
+    import datetime
+    from .runfolders import listing
+    rows = listing(Path(args.output))
+    if not rows:
+        print(f"no runs under {args.output}/ yet (make run)")
+        return 0
+    for r in rows:
+        r["time"] = datetime.datetime.fromtimestamp(r["time"]).strftime("%Y-%m-%d %H:%M")
+        r["latest"] = "*" if r["latest"] else ""
+    print(_text_table(rows))
     return 0
 
 
@@ -45,7 +97,7 @@ def cmd_view(args) -> int:
     import shutil
     import subprocess
     for nb in _notebooks(args.notebooks):
-        executed = Path(args.runs) / nb.stem / nb.name
+        executed = _latest(Path(args.runs) / nb.stem) / nb.name
         if not executed.exists():
             print(f"{nb.stem}: no executed notebook at {executed} (make run NB={nb.stem})",
                   file=sys.stderr)
@@ -86,9 +138,10 @@ def cmd_build(args) -> int:
 
 
 def cmd_push(args) -> int:
-    from .publish import kaggle_cli
+    from .publish import credentials, kaggle_cli
     from .publish.build import build
-    folders = [build(name) for name in _names(args)]  # every check passes before any upload
+    owner = credentials.username()  # before any work: a push needs an account
+    folders = [build(name, owner=owner) for name in _names(args)]  # every check before any upload
     for folder in folders:
         pushed = kaggle_cli.push(folder, accelerator=args.accelerator)
         print(f"pushed {folder.name}: version {pushed.version} -> {pushed.url}")
@@ -111,7 +164,8 @@ def cmd_output(args) -> int:
     from .publish import kaggle_cli
     for name in _names(args):
         kernel, slug = _kernel(name)
-        pushed = Path("build/kaggle") / slug / "pushed.json"
+        from .publish.build import build_root
+        pushed = build_root() / slug / "pushed.json"
         version = json.loads(pushed.read_text()).get("version") if pushed.exists() else None
         dest = Path(args.output) / slug / (f"v{version}" if version else "latest")
         files = kaggle_cli.output(kernel, dest)
@@ -125,7 +179,7 @@ def cmd_compare(args) -> int:
     for name in _names(args):
         from .publish import metadata
         slug = metadata.load(Path("kernel-metadata") / f"{name}.json")["slug"]
-        local = Path(args.runs) / name / "metrics.json"
+        local = _latest(Path(args.runs) / name) / "metrics.json"
         remote = sorted((Path(args.runs) / "kaggle" / slug).glob("*/metrics.json"),
                         key=lambda p: p.stat().st_mtime)
         if not local.exists() or not remote:
@@ -148,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
     run.add_argument("--output", default="runs", help="output root (default: runs/)")
     run.set_defaults(func=cmd_run)
+    runs = sub.add_parser("runs", help="list local runs with their status and headline results")
+    runs.add_argument("--output", default="runs", help="output root (default: runs/)")
+    runs.set_defaults(func=cmd_runs)
     view = sub.add_parser("view", help="render executed notebooks to HTML (and a screenshot)")
     view.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
     view.add_argument("--runs", default="runs", help="where the executed notebooks are")

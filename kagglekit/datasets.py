@@ -26,26 +26,35 @@ def split(dataset, fractions=(0.8, 0.2), seed: int = 0):
 
 
 def temporal(n: int = 4096, length: int = 64, features: int = 8, classes: int = 4,
-             seed: int = 0) -> TensorDataset:
-    """Multivariate sequences whose class is a temporal pattern, not a per-step value.
+             seed: int = 0, noise: float = 0.3) -> TensorDataset:
+    """Sequences whose class is the *order* of two events far apart in time.
 
-    Each sequence mixes noise with a sine burst; the class is set by the burst's
-    frequency and by which channel leads the other (a lag), so a model must look
-    across time steps. Shapes: x (n, length, features), y (n,).
+    Every step carries one of ``features`` symbols, one-hot, plus Gaussian noise. Two
+    steps at random positions hold the events, each symbol A or B (the first two
+    channels); every other step a random distractor symbol. The class is (first event
+    is A, second event is A) as two bits: with 4 classes, AA and BB can be told by
+    counting, but AB against BA only by order (the temporal order problem of
+    Hochreiter & Schmidhuber, 1997). A model that reads in order (LSTM) or compares
+    positions (Transformer) solves it; an MLP on the flattened sequence has to learn
+    every pair of positions and does not. ``classes=2``: always one A and one B.
+    Shapes: x (n, length, features), y (n,).
     """
+    if classes not in (2, 4) or features < 3:
+        raise ValueError(f"temporal() makes 2 or 4 classes from >= 3 symbols, not classes={classes}, "
+                         f"features={features}")
     g = torch.Generator().manual_seed(seed)
-    y = torch.randint(0, classes, (n,), generator=g)
-    t = torch.arange(length, dtype=torch.float32)
-    freq = 0.15 + 0.1 * (y % 2).float()  # class bit 0: frequency
-    lag = torch.where(y // 2 == 1, 3, -3)  # class bit 1: which channel leads
-    phase = 2 * torch.pi * torch.rand(n, generator=g)
-    start = torch.randint(0, length // 2, (n,), generator=g)
-    window = ((t[None] >= start[:, None]) & (t[None] < start[:, None] + length // 2)).float()
-    lead = torch.sin(freq[:, None] * 2 * torch.pi * t[None] + phase[:, None]) * window
-    follow = torch.stack([row.roll(int(s)) for row, s in zip(lead, lag)])
-    x = 0.5 * torch.randn(n, length, features, generator=g)
-    x[:, :, 0] += lead
-    x[:, :, 1] += follow
+    symbols = torch.randint(2, features, (n, length), generator=g)  # distractors
+    first = torch.randint(0, length - 1, (n,), generator=g)
+    second = first + 1 + (torch.rand(n, generator=g) * (length - 1 - first)).long()
+    is_a = torch.randint(0, 2, (n, 2), generator=g)
+    if classes == 2:
+        is_a[:, 1] = 1 - is_a[:, 0]
+    rows = torch.arange(n)
+    symbols[rows, first] = 1 - is_a[:, 0]  # symbol 0 is A, 1 is B
+    symbols[rows, second] = 1 - is_a[:, 1]
+    x = torch.nn.functional.one_hot(symbols, features).float()
+    x += noise * torch.randn(x.shape, generator=g)
+    y = is_a[:, 0] if classes == 2 else 2 * is_a[:, 0] + is_a[:, 1]
     return TensorDataset(x, y)
 
 

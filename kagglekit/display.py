@@ -43,8 +43,8 @@ def show_table(rows: list[dict], digits: int = 4) -> None:
     """An HTML table in a notebook (a pandas DataFrame), plain text elsewhere."""
     if not rows:
         return
-    if in_notebook():
-        _display(frame(rows, digits))
+    if in_notebook():  # without the 0, 1, 2... row index, which says nothing here
+        _display(frame(rows, digits).style.hide(axis="index").format(precision=digits))
     else:
         print(frame(rows, digits).to_string(index=False))
 

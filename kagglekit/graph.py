@@ -60,8 +60,9 @@ def load_planetoid(folder: Path | str):
     """A Planetoid data set (ind.<name>.x, .y, .tx, .ty, .allx, .ally, .graph, .test.index)
     read offline with PyG's own class and its standard split.
 
-    The raw files are copied to a writable temporary folder first: Kaggle inputs
-    are read-only and PyG writes its processed cache next to them. (The .graph file
+    The raw files are copied to a writable temporary folder first (removed once the
+    graph is in memory): Kaggle inputs are read-only and PyG writes its processed
+    cache next to them. (The .graph file
     of this format is a pickle: load Planetoid data only from sources you trust.)
     """
     from torch_geometric.datasets import Planetoid
@@ -70,9 +71,9 @@ def load_planetoid(folder: Path | str):
         raise FileNotFoundError(f"{folder} holds no Planetoid files (ind.<name>.graph and friends)")
     raw = found[0].parent
     name = found[0].name.split(".")[1]
-    root = Path(tempfile.mkdtemp(prefix="planetoid-"))
-    shutil.copytree(raw, root / name / "raw")
-    return Planetoid(str(root), name=name)[0]
+    with tempfile.TemporaryDirectory(prefix="planetoid-") as root:  # gone once loaded
+        shutil.copytree(raw, Path(root) / name / "raw")
+        return Planetoid(root, name=name)[0]
 
 
 class NeighborSampler:

@@ -91,7 +91,9 @@ class GPUSampler:
 
     def summary(self) -> dict:
         if not self.samples:
-            return {"available": False, "reason": self.reason or "no samples yet"}
+            never = self._started is None and not self.reason
+            return {"available": False,
+                    "reason": "not sampled (no GPU)" if never else self.reason or "no samples yet"}
         per_gpu = {}
         for g in sorted({s["gpu"] for s in self.samples}):
             rows = [s for s in self.samples if s["gpu"] == g]
@@ -201,6 +203,13 @@ ADVICE = {
                      "is left; more GPUs through kk.launch",
     "cpu-only": "no GPU: the breakdown shows where the CPU time goes",
 }
+# On a CPU-only run the same verdicts, with advice about the CPU.
+CPU_ADVICE = {
+    "input-bound": "the training loop waits for batches: raise num_workers (make_loader does it "
+                   "from the CPU count), keep persistent workers on, or cache preprocessed tensors",
+    "memory-bound": "host memory is short (or ran out): a smaller batch with accumulation, "
+                    "gradient checkpointing (accel.checkpoint_blocks), a smaller model",
+}
 
 
 def diagnose(breakdown: dict, gpu: dict | None = None, oom_count: int = 0) -> dict:
@@ -237,8 +246,10 @@ def diagnose(breakdown: dict, gpu: dict | None = None, oom_count: int = 0) -> di
         verdict = "host-sync-bound"
     text = f"{verdict}: " + ", ".join(f"{k}={v}" for k, v in numbers.items())
     if not has_gpu:
-        text += " (no GPU: utilisation not measured)"
-    return {"verdict": verdict, "numbers": numbers, "advice": ADVICE[verdict], "text": text}
+        text += " (no GPU: GPU utilisation and memory not measured)"
+    advice = ADVICE[verdict] if has_gpu else CPU_ADVICE.get(verdict, ADVICE[verdict])
+    return {"verdict": verdict, "numbers": numbers, "advice": advice, "text": text,
+            "device": "gpu" if has_gpu else "cpu"}
 
 
 def timeline_figure(gpu_samples: list[dict]):

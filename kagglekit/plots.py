@@ -34,8 +34,10 @@ def learning_curves(history: list[dict], title: str = "learning curves"):
 
 
 def bar_table(rows: list[dict], label: str, values: list[str], title: str = ""):
-    """One bar chart per value column, bars labelled by ``label``."""
+    """One bar chart per value column, bars labelled by ``label``; a column without any
+    value (GPU figures on a CPU run) gets no panel rather than an empty one."""
     plt = _pyplot()
+    values = [v for v in values if any(r.get(v) is not None for r in rows)] or values[:1]
     fig, axes = plt.subplots(1, len(values), figsize=(3.6 * len(values), 3.4), squeeze=False)
     names = [str(r[label]) for r in rows]
     for ax, key in zip(axes[0], values):

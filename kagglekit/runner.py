@@ -1,14 +1,22 @@
-"""Execute notebooks locally with papermill, each into its own output folder.
+"""Execute notebooks locally with papermill, each configuration into its own folder.
 
-``runs/<name>/`` receives the executed notebook, and (written by the notebook
-through the kit) metrics.json, plots and checkpoints.
+``runs/<name>/<label>-<hash>/`` (see ``runfolders``) receives the executed notebook,
+``status.json``, and (written by the notebook through the kit) metrics.json, plots and
+checkpoints. Parameters are checked against the notebook's parameters cell before a
+kernel starts; a failed run keeps its traceback in ``error.log`` and never replaces
+the executed notebook of a good run.
 """
 from __future__ import annotations
 
 import ast
+import json
 import os
 import sys
+import time
+import traceback
 from pathlib import Path
+
+from . import atomic, params as params_mod, runfolders
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -36,20 +44,65 @@ def _venv_kernel_env() -> None:
     os.environ["JUPYTER_PATH"] = os.pathsep.join(dict.fromkeys(paths))
 
 
+def declared_parameters(notebook: Path | str) -> dict:
+    """``{name: default}`` of the notebook's cell tagged "parameters"."""
+    cells = json.loads(Path(notebook).read_text())["cells"]
+    tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(tagged) != 1:
+        raise params_mod.ParameterError(f"{notebook} has {len(tagged)} cells tagged 'parameters' "
+                                        "(papermill needs exactly one)")
+    source = tagged[0]["source"]
+    return params_mod.assignments("".join(source) if isinstance(source, list) else source)
+
+
+def check_parameters(notebook: Path | str, overrides: dict) -> dict:
+    """The notebook's defaults updated with ``overrides``; unknown or mistyped names
+    raise ParameterError ("did you mean ...") before any kernel starts."""
+    declared = declared_parameters(notebook)
+    params_mod.check(declared, overrides)
+    return declared
+
+
+def run_folder(notebook: Path | str, overrides: dict, output_root: Path | str = "runs") -> Path:
+    """Where this configuration of ``notebook`` runs: ``<root>/<name>/<label>-<hash>``."""
+    declared = check_parameters(notebook, overrides)
+    return Path(output_root) / Path(notebook).stem / runfolders.folder_name(declared, overrides)
+
+
 def run_notebook(notebook: Path | str, params: dict | None = None, *,
                  output_root: Path | str = "runs", output_dir: Path | str | None = None,
                  timeout_s: int | None = None, progress: bool = True) -> Path:
     """Execute ``notebook`` with ``params``; returns its output folder.
 
-    Raises papermill.PapermillExecutionError (with the failing cell's traceback)
-    when a cell fails; the partly executed notebook is still saved.
+    Without ``output_dir`` the folder is this configuration's run folder under
+    ``output_root`` (history kept, ``latest`` updated on success). Raises
+    ParameterError before starting a kernel, and papermill.PapermillExecutionError
+    (with the failing cell's traceback, also in ``error.log``) when a cell fails.
     """
+    notebook, params = Path(notebook), dict(params or {})
+    check_parameters(notebook, params)
+    history = output_dir is None
+    out = run_folder(notebook, params, output_root) if history else Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runfolders.write_status(out, "running", parameters=params, started=time.time(), error=None)
+    try:
+        _execute(notebook, params, out, timeout_s, progress)
+    except BaseException as err:
+        atomic.write_bytes(out / "error.log", "".join(traceback.format_exception(err)).encode())
+        runfolders.write_status(out, "failed", error=one_line(err))
+        raise
+    runfolders.write_status(out, "ok")
+    if history:
+        runfolders.mark_latest(out)
+    return out
+
+
+def _execute(notebook: Path, params: dict, out: Path, timeout_s, progress: bool) -> None:
+    """papermill into a side file: only a run that finished replaces ``<name>.ipynb``."""
     import papermill
 
-    notebook = Path(notebook)
-    out = Path(output_dir) if output_dir else Path(output_root) / notebook.stem
-    out.mkdir(parents=True, exist_ok=True)
     _venv_kernel_env()
+    running, final = out / f".{notebook.stem}.running.ipynb", out / notebook.name
     # The kernel inherits these: where outputs go, and that nobody watches (progress as lines).
     overrides = {"KAGGLEKIT_OUTPUT": str(out.resolve()),
                  "KAGGLEKIT_BATCH": os.environ.get("KAGGLEKIT_BATCH", "1")}
@@ -57,13 +110,25 @@ def run_notebook(notebook: Path | str, params: dict | None = None, *,
     os.environ.update(overrides)
     try:
         papermill.execute_notebook(
-            str(notebook), str(out / notebook.name), parameters=params or {},
-            kernel_name="python3", cwd=str(Path.cwd()), progress_bar=progress,
-            execution_timeout=timeout_s, log_output=False)
+            str(notebook), str(running), parameters=params, kernel_name="python3",
+            cwd=str(Path.cwd()), progress_bar=progress, execution_timeout=timeout_s,
+            log_output=False)
+        os.replace(running, final)
+    except BaseException:
+        if running.exists():
+            os.replace(running, out / f"{notebook.stem}.failed.ipynb")
+        raise
     finally:
         for key, value in previous.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    return out
+
+
+def one_line(err: BaseException) -> str:
+    """The error a person needs: a failing cell's exception, not papermill's wrapper."""
+    name, value = getattr(err, "ename", None), getattr(err, "evalue", None)
+    if name:
+        return f"{name}: {value}"
+    return f"{type(err).__name__}: {err}".splitlines()[0]

@@ -130,13 +130,14 @@ def write_submission(path: Path | str, masks: dict[str, torch.Tensor]) -> Path:
     return path
 
 
-def slice_figure(volumes, truths, preds, names, title: str = "middle slices"):
-    """Input, truth and prediction side by side, the middle z-slice of each volume."""
+def slice_figure(volumes, truths, preds, names, title: str = "slices with the most ink"):
+    """Input, truth and prediction side by side, for each volume the z-slice with the
+    most labelled voxels (a slice without any would show nothing to compare)."""
     from .plots import _pyplot
     plt = _pyplot()
     fig, axes = plt.subplots(len(names), 3, figsize=(8, 2.6 * len(names)), squeeze=False)
     for row, (vol, truth, pred, name) in enumerate(zip(volumes, truths, preds, names)):
-        z = vol.shape[-3] // 2
+        z = int((truth[0] == 1).flatten(1).sum(1).argmax())
         for ax, img, label in zip(axes[row], (vol[0, z], truth[0, z], pred[z]),
                                   ("input", "truth", "prediction")):
             ax.imshow(img, cmap="gray" if label == "input" else "magma")

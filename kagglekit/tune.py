@@ -29,6 +29,7 @@ from . import env, progress
 from .budget import Budget
 
 FINISHED = ("COMPLETE", "PRUNED")
+MIN_TRIALS_FOR_PLOTS = 5  # importances and history from fewer trials say nothing
 
 
 def storage_url(path: Path) -> str:
@@ -303,7 +304,12 @@ def report(study, output_dir: Path | str, prefix: str = "tune") -> dict:
         summary.update(best_value=study.best_value, best_params=study.best_params,
                        best_trial=study.best_trial.number)
         atomic.write_json(output_dir / f"{prefix}_best_params.json", study.best_params)
-    summary["plots"] = _plots(study, output_dir, prefix) if len(completed) >= 2 else []
+    summary["plots"] = []
+    if len(completed) >= MIN_TRIALS_FOR_PLOTS:
+        summary["plots"] = _plots(study, output_dir, prefix)
+    else:
+        print(f"kagglekit tune: {len(completed)} completed trial(s): too few for Optuna's plots "
+              f"(they need {MIN_TRIALS_FOR_PLOTS} to say anything)")
     return summary
 
 

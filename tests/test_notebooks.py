@@ -85,19 +85,39 @@ def test_quickstart_trains_then_a_rerun_skips_training(tmp_path):
     assert second["fit"]["steps_this_session"] == 0
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_a_mistyped_parameter_fails_at_once_naming_it(tmp_path, path):
-    import papermill
-
-    from kagglekit.params import assignments
+def test_a_mistyped_parameter_fails_before_a_kernel_starts_naming_it(tmp_path, path):
+    from kagglekit.params import ParameterError, assignments
     cells = json.loads(path.read_text())["cells"]
     source = next(c["source"] for c in cells if "parameters" in c["metadata"].get("tags", []))
     name = next(iter(assignments("".join(source))))
     typo = name[1] + name[0] + name[2:]  # two letters swapped, as fingers do
-    with pytest.raises(papermill.PapermillExecutionError, match=f"did you mean '{name}'"):
-        run_notebook(path, {typo: 1}, output_dir=tmp_path, progress=False)
-    assert not (tmp_path / "checkpoints").exists()  # nothing ran
+    with pytest.raises(ParameterError, match=f"did you mean '{name}'"):
+        run_notebook(path, {typo: 1}, output_root=tmp_path / "runs", progress=False)
+    assert not (tmp_path / "runs").exists()  # checked from the file: no kernel, no folder
+
+
+@pytest.mark.slow
+def test_run_by_papermill_directly_a_typo_still_fails_in_the_first_cell(tmp_path):
+    import papermill
+
+    from kagglekit.runner import _venv_kernel_env
+    _venv_kernel_env()  # the venv's "python3" kernel, as make run uses    with pytest.raises(papermill.PapermillExecutionError, match="did you mean 'epochs'"):
+        papermill.execute_notebook(str(REPO / "notebooks" / "quickstart.ipynb"),
+                                   str(tmp_path / "q.ipynb"), parameters={"epcohs": 1},
+                                   kernel_name="python3", progress_bar=False, cwd=str(tmp_path))
+
+
+def test_the_cli_prints_a_typo_as_one_line_and_starts_nothing(tmp_path):
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "kagglekit.cli", "run", "quickstart", "-p",
+                           "epcohs=3", "--output", str(tmp_path / "runs")], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and not (tmp_path / "runs").exists()
+    assert done.stderr.strip().splitlines() == [
+        "error: unknown parameter 'epcohs' (did you mean 'epochs'?). Fix the name or value given "
+        "to papermill (-p NAME VALUE) or to `make run P=...`."]
 
 
 @pytest.mark.slow
@@ -150,6 +170,17 @@ def test_sequence_models_compares_three_architectures(tmp_path):
 
 
 @pytest.mark.slow
+def test_sequence_models_on_its_defaults_ranks_the_sequence_models_above_the_mlp(tmp_path):
+    """The built-in task needs order: reading in order (LSTM) or comparing positions
+    (Transformer) beats an MLP on the flattened sequence, by a margin."""
+    out = run_notebook(REPO / "notebooks" / "sequence_models.ipynb", {}, output_dir=tmp_path / "s",
+                       progress=False)
+    acc = {r["model"]: r["val_acc"] for r in _metrics(out)["models"]}
+    assert min(acc["lstm"], acc["transformer"]) > acc["mlp"] + 0.1, acc
+    assert _metrics(out)["summary"][0]["passed"]
+
+
+@pytest.mark.slow
 def test_segmentation_3d_on_two_ddp_processes_beats_the_baselines(tmp_path):
     out = run_notebook(REPO / "notebooks" / "segmentation_3d.ipynb",
                        {"smoke": True, "processes": 2}, output_dir=tmp_path / "seg", progress=False)
@@ -172,8 +203,11 @@ def test_segmentation_3d_killed_mid_training_resumes_when_run_again(tmp_path):
     import subprocess
     import sys
     import time
+    from kagglekit.runner import run_folder
     out = tmp_path / "runs"
-    ckpts = out / "segmentation_3d" / "checkpoints" / "unet3d"
+    notebook = REPO / "notebooks" / "segmentation_3d.ipynb"
+    folder = run_folder(notebook, {"smoke": True, "epochs": 40, "save_every_min": 0.0}, out)
+    ckpts = folder / "checkpoints" / "unet3d"
     cmd = [sys.executable, "-m", "kagglekit.cli", "run", "segmentation_3d", "--output", str(out),
            "-p", "smoke=True", "-p", "epochs=40", "-p", "save_every_min=0.0"]
     proc = subprocess.Popen(cmd, cwd=REPO, start_new_session=True,
@@ -185,9 +219,7 @@ def test_segmentation_3d_killed_mid_training_resumes_when_run_again(tmp_path):
     proc.wait()
     killed_at = max(int(p.stem.split("-")[1]) for p in ckpts.rglob("step-*.json"))
     assert killed_at < 40 * 8, "the run finished before it was killed"
-    again = run_notebook(REPO / "notebooks" / "segmentation_3d.ipynb",
-                         {"smoke": True, "epochs": 3}, output_dir=out / "segmentation_3d",
-                         progress=False)
+    again = run_notebook(notebook, {"smoke": True, "epochs": 3}, output_dir=folder, progress=False)
     fit = _metrics(again)["fit"]
     import re
     assert fit["resumed_from"] and re.search(r"checkpoints/unet3d/[0-9a-f]{12}/step-", fit["resumed_from"])
@@ -255,8 +287,9 @@ def test_gnn_beats_the_mlp_baseline_on_the_builtin_graph(tmp_path):
     assert m["pr_auc"] > m["mlp_pr_auc"] + 0.1  # the structure carries the signal
     assert m["search"]["trials"] == {"COMPLETE": 2} and m["oom_count"] == 0
     assert m["run_seconds"] > 0 and (m["gpu_utilisation"] is None) == (not m["env"]["gpus"])
-    for png in ("pr_curve.png", "learning_curves.png", "tune_gnn_history.png"):
+    for png in ("pr_curve.png", "learning_curves.png"):
         assert (out / png).exists()
+    assert not (out / "tune_gnn_history.png").exists()  # 2 trials: too few to plot
     assert_reads_as_a_report(out, "gnn_node_classification")
     trials = [line for _, o in _outputs(out / "gnn_node_classification.ipynb")
               for line in _text(o).splitlines() if line.startswith("kagglekit tune: trial")]

@@ -18,10 +18,17 @@ from kaggle_server import FakeKaggle  # noqa: E402
 GOOD = json.loads((REPO / "kernel-metadata" / "quickstart.json").read_text())
 
 
+@pytest.fixture(autouse=True)
+def build_in_tmp(tmp_path, monkeypatch):
+    """Builds go to a temporary folder: the tests never write into the checkout."""
+    monkeypatch.setenv("KAGGLEKIT_BUILD", str(tmp_path / "build"))
+    return tmp_path / "build"
+
+
 def _clean_env(extra: dict) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("KAGGLE", "KAGGLEKIT")) and k.lower() not in ("http_proxy", "https_proxy", "no_proxy")}
-    return {**env, **extra}
+    return {**env, "KAGGLEKIT_BUILD": os.environ["KAGGLEKIT_BUILD"], **extra}
 
 
 def _cli(*args, env: dict) -> subprocess.CompletedProcess:
@@ -83,8 +90,19 @@ def test_push_sends_t4x2_no_internet_sources_and_the_embedded_notebook(tmp_path)
     assert "epochs = 20" in injected[0]["source"]  # the Kaggle parameters, rendered in
     assert "papermill" not in nb["metadata"] and str(REPO) not in sent["text"]
     assert kaggle.key not in sent["text"]  # credentials never travel in the notebook
-    built = REPO / "build" / "kaggle" / "kagglekit-quickstart"
+    built = Path(os.environ["KAGGLEKIT_BUILD"]) / "kagglekit-quickstart"
     assert all(kaggle.key not in p.read_text() for p in built.iterdir())
+    assert not (REPO / "build").exists() or "kagglekit-quickstart" not in os.listdir(REPO / "build")
+
+
+def test_a_local_build_needs_no_credentials(tmp_path):
+    env = _clean_env({"HOME": str(tmp_path), "KAGGLE_CONFIG_DIR": str(tmp_path / "none")})
+    done = _cli("build", "quickstart", env=env)
+    assert done.returncode == 0, done.stderr
+    meta = json.loads((Path(env["KAGGLEKIT_BUILD"]) / "kagglekit-quickstart" /
+                       "kernel-metadata.json").read_text())
+    assert meta["id"] == "your-kaggle-username/kagglekit-quickstart"
+    assert "placeholder" in done.stderr
 
 
 @pytest.mark.slow
@@ -145,7 +163,9 @@ def _sandbox(root: Path, inputs_from: Path | None = None) -> Path:
 
 def _run_in_sandbox(notebook: Path, root: Path, kernels: Path, monkeypatch) -> dict:
     import papermill
+    (root / "tmp").mkdir()
     for name, value in {"KAGGLEKIT_ROOT": str(root), "KAGGLE_KERNEL_RUN_TYPE": "Batch",
+                        "TMPDIR": str(root / "tmp"),  # the install cell's folder: ours to remove
                         "JUPYTER_PATH": str(kernels), "PIP_NO_INDEX": "1",
                         "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}.items():
         monkeypatch.setenv(name, value)  # the kernel inherits them; no network is reachable
@@ -170,7 +190,7 @@ def test_the_pushed_notebook_runs_in_a_kaggle_like_sandbox_and_resumes_from_its_
         "argv": [sys.executable, str(REPO / "tests" / "jobs" / "sandbox_kernel.py"), "-f",
                  "{connection_file}"], "display_name": "sandbox", "language": "python"}))
     first = _run_in_sandbox(notebook, _sandbox(tmp_path / "v1"), kernels, monkeypatch)
-    assert first["env"]["kagglekit_path"].startswith(tempfile_root())  # the embedded wheel ran
+    assert first["env"]["kagglekit_path"].startswith(str(tmp_path / "v1" / "tmp" / "kagglekit-"))  # the embedded wheel ran
     assert first["env"]["where"] == "kaggle (Batch) [simulated]"
     assert first["fit"]["stopped"] == "completed" and first["fit"]["resumed_from"] is None
     assert first["accelerator"] == {"expected": "2 x T4", "found": [], "ok": False}  # CPU sandbox
@@ -178,11 +198,6 @@ def test_the_pushed_notebook_runs_in_a_kaggle_like_sandbox_and_resumes_from_its_
                              kernels, monkeypatch)
     assert second["fit"]["stopped"] == "already_complete"
     assert "/input/notebooks/tester/kagglekit-quickstart/checkpoints/mlp/" in second["fit"]["resumed_from"]
-
-
-def tempfile_root() -> str:
-    import tempfile
-    return str(Path(tempfile.gettempdir()) / "kagglekit-")
 
 
 def test_compare_flags_a_score_that_moved_over_ten_percent_and_an_oom():

@@ -120,7 +120,8 @@ def test_optunas_plot_style_does_not_leak_into_the_runs_other_plots(tmp_path):
     from kagglekit.plots import _pyplot
     _pyplot()  # the kit's own headless backend choice is not what this test is about
     before = dict(matplotlib.rcParams)
-    study = tune.optimize(busy_objective, "style", 3, directory=tmp_path, workers=1)
+    study = tune.optimize(busy_objective, "style", tune.MIN_TRIALS_FOR_PLOTS, directory=tmp_path,
+                          workers=1)
     assert tune.report(study, tmp_path)["plots"]
     assert dict(matplotlib.rcParams) == before
 
@@ -140,3 +141,9 @@ def test_the_default_sampler_is_seeded_so_a_search_repeats():
     continued = tune.optimize(quick, "seeded", 8, directory=Path("a"), seed=0)
     xs = [t.params["x"] for t in continued.trials]
     assert xs[:4] == first and len(set(xs)) == 8
+
+
+def test_too_few_trials_for_a_readable_plot_get_none(tmp_path, capsys):
+    study = tune.optimize(busy_objective, "few", 3, directory=tmp_path, workers=1)
+    assert tune.report(study, tmp_path)["plots"] == []
+    assert not list(tmp_path.glob("*.png")) and "too few for Optuna's plots" in capsys.readouterr().out

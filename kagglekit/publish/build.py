@@ -1,6 +1,6 @@
 """Render a notebook for Kaggle: parameters in, the kit embedded, nothing local left.
 
-``build/kaggle/<slug>/`` receives ``<slug>.ipynb`` and ``kernel-metadata.json``.
+``build/kaggle/<slug>/`` (``KAGGLEKIT_BUILD``) receives ``<slug>.ipynb`` and ``kernel-metadata.json``.
 Parameters are injected with papermill's prepare-only mode (nothing executes);
 the kit travels as its wheel, base64 in a hidden first cell that installs it
 offline into a private folder put first on ``sys.path`` (the image's torch and
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,14 +27,44 @@ class BuildError(RuntimeError):
     """The notebook could not be rendered within Kaggle's limits."""
 
 
-def build_wheel(out_dir: Path) -> Path:
-    """The kit's wheel, built offline from this checkout."""
+def build_root() -> Path:
+    """Where builds go: ``build/kaggle`` (``KAGGLEKIT_BUILD`` moves it, e.g. for tests)."""
+    return Path(os.environ.get("KAGGLEKIT_BUILD", "build/kaggle"))
+
+
+PACKAGED = ("kagglekit", "pyproject.toml", "README.md")
+
+
+def _sources() -> tuple[list[Path], bool]:
+    """(files the wheel is built from, whether any of them is untracked).
+
+    What git knows of (tracked, or new and not ignored), never leftovers of an earlier
+    build: setuptools' in-tree build/lib would carry a module deleted since."""
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True)
+    tracked = git("ls-files", "--cached", "--", *PACKAGED)
+    if tracked.returncode != 0:  # not a git checkout: the package as it is on disk
+        files = [p for p in Path("kagglekit").rglob("*.py")] + [Path("pyproject.toml"), Path("README.md")]
+        return [p for p in files if p.exists()], False
+    new = git("ls-files", "--others", "--exclude-standard", "--", *PACKAGED).stdout.split()
+    files = [Path(p) for p in tracked.stdout.split() + new]
+    return [p for p in files if p.is_file()], bool(new)
+
+
+def build_wheel(out_dir: Path) -> tuple[Path, bool]:
+    """The kit's wheel, built offline in a temporary copy of its sources (the checkout
+    stays untouched); returns (wheel, whether untracked files went into it)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("kagglekit-*.whl"):
         old.unlink()
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", "-w", str(out_dir), "."], check=True)
-    return next(out_dir.glob("kagglekit-*.whl"))
+    files, untracked = _sources()
+    with tempfile.TemporaryDirectory(prefix="kagglekit-wheel-") as tmp:
+        for path in files:
+            (Path(tmp) / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, Path(tmp) / path)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                        "--no-build-isolation", "-w", str(out_dir.resolve()), tmp], check=True)
+    return next(out_dir.glob("kagglekit-*.whl")), untracked
 
 
 def git_state() -> dict:
@@ -66,7 +98,7 @@ os.environ["KAGGLEKIT_EXPECT_GPUS"] = "{expect}"  # kk.start() checks the GPUs K
 
 
 def render(notebook: Path, params: dict, wheel: Path, out: Path,
-           machine_shape: str = "NvidiaTeslaT4") -> dict:
+           machine_shape: str = "NvidiaTeslaT4", untracked: bool = False) -> dict:
     """Inject ``params`` (papermill prepare-only), strip local traces, embed the wheel."""
     import papermill
     with tempfile.TemporaryDirectory() as tmp:
@@ -80,6 +112,7 @@ def render(notebook: Path, params: dict, wheel: Path, out: Path,
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None
     provenance = {**git_state(), "version": _version()}
+    provenance["dirty"] = provenance["dirty"] or untracked  # new files went into the wheel
     nb["cells"].insert(0, install_cell(wheel, provenance, machine_shape))
     nb["metadata"]["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                     "language": "python"}
@@ -97,26 +130,43 @@ def _version() -> str:
     return __version__
 
 
-def build(name: str, *, metadata_dir=Path("kernel-metadata"), notebooks_dir=Path("notebooks"),
-          out_root=Path("build/kaggle"), wheel: Path | None = None,
-          overrides: dict | None = None) -> Path:
-    """Validate, then write ``build/kaggle/<slug>/`` for notebook ``name``; returns the folder.
+PLACEHOLDER_OWNER = "your-kaggle-username"  # a local build without credentials; push fills it
 
+
+def build(name: str, *, metadata_dir=Path("kernel-metadata"), notebooks_dir=Path("notebooks"),
+          out_root: Path | None = None, wheel: Path | None = None,
+          overrides: dict | None = None, owner: str | None = None) -> Path:
+    """Validate, then write ``<build root>/<slug>/`` for notebook ``name``; returns the folder.
+
+    ``owner``: the Kaggle user the kernel belongs to (default: from the credentials, or
+    a placeholder when there are none: a local build needs no account).
     ``overrides`` replace some of the metadata's Kaggle parameters (e.g. a smoke run).
     """
     meta = metadata.load(Path(metadata_dir) / f"{name}.json", Path(notebooks_dir))
-    owner = credentials.username()  # before any work: fail early without credentials
-    out = Path(out_root) / meta["slug"]
+    owner = owner or _owner_or_placeholder()
+    out_root = Path(out_root) if out_root else build_root()
+    out = out_root / meta["slug"]
     out.mkdir(parents=True, exist_ok=True)
-    wheel = wheel or build_wheel(Path(out_root) / "_wheel")
+    untracked = False
+    if wheel is None:
+        wheel, untracked = build_wheel(out_root / "_wheel")
     code_file = f"{meta['slug']}.ipynb"
     notebook = Path(notebooks_dir) / f"{meta.get('notebook', name)}.ipynb"
     render(notebook, {**meta.get("parameters", {}), **(overrides or {})}, wheel, out / code_file,
-           meta["machine_shape"])
+           meta["machine_shape"], untracked)
     (out / "kernel-metadata.json").write_text(
         json.dumps(metadata.kaggle_metadata(meta, owner, code_file), indent=2) + "\n")
     _refuse_secrets(out)
     return out
+
+
+def _owner_or_placeholder() -> str:
+    try:
+        return credentials.username()
+    except credentials.CredentialsError:
+        print(f"kagglekit build: no Kaggle credentials; the kernel id uses the placeholder "
+              f"{PLACEHOLDER_OWNER!r} (make push fills in your user name)", file=sys.stderr)
+        return PLACEHOLDER_OWNER
 
 
 def _refuse_secrets(folder: Path) -> None:

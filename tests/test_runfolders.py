@@ -1,0 +1,80 @@
+"""Local runs keep their history: one folder per configuration, failures recorded,
+results on screen."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kagglekit import runfolders
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(out: Path, *params: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+    args = [a for p in params for a in ("-p", p)]
+    return subprocess.run([sys.executable, "-m", "kagglekit.cli", "run", "quickstart", *args,
+                           "--output", str(out)], cwd=REPO, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **(env or {})})
+
+
+def _snapshot(folder: Path) -> dict:
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_folder_names_are_readable_and_follow_the_configuration():
+    defaults = {"epochs": 8, "lr": 3e-3, "force_retrain": False, "data_dir": ""}
+    plain = runfolders.folder_name(defaults, {})
+    assert plain.startswith("defaults-") and plain == runfolders.folder_name(defaults, {"epochs": 8})
+    assert runfolders.folder_name(defaults, {"force_retrain": True}) == plain  # same run, redone
+    other = runfolders.folder_name(defaults, {"lr": 0.01, "data_dir": "/data/my set"})
+    assert other.startswith("data_dir=_data_my_set,lr=0.01-") and other != plain
+
+
+@pytest.mark.slow
+def test_another_configuration_and_a_failed_run_leave_the_first_run_byte_equal(tmp_path):
+    out = tmp_path / "runs"
+    first = _run(out, "smoke=True")
+    assert first.returncode == 0, first.stderr
+    assert "validation accuracy 0." in first.stdout and "vs majority class 0." in first.stdout
+    [good] = [p for p in (out / "quickstart").iterdir() if not p.is_symlink()]
+    before = _snapshot(good)
+    assert {"quickstart.ipynb", "metrics.json", "status.json"} <= {p.name for p in good.iterdir()}
+    assert any("checkpoints" in str(k) for k in before)
+
+    second = _run(out, "smoke=True", "lr=0.01")
+    assert second.returncode == 0, second.stderr
+    failed = _run(out, "smoke=True", "data_dir=/no/such/folder")
+    assert failed.returncode == 1
+    assert "FAILED: DataDirError: data_dir='/no/such/folder' does not exist" in failed.stderr
+    assert "Traceback" not in failed.stderr  # the traceback is in the run's error.log
+    assert _snapshot(good) == before  # nothing of the first run was touched
+
+    rows = {r["run"]: r for r in runfolders.listing(out)}
+    assert len(rows) == 3
+    assert rows[good.name]["status"] == "ok" and "validation accuracy" in rows[good.name]["headline"]
+    [bad] = [r for r in rows.values() if r["run"].startswith("data_dir=")]
+    assert bad["status"] == "failed" and not bad["latest"]
+    assert "DataDirError" in (out / "quickstart" / bad["run"] / "error.log").read_text()
+    latest = (out / "quickstart" / "latest").resolve()
+    assert latest.name.startswith("lr=0.01,smoke=True-")  # the last run that succeeded
+    listed = subprocess.run([sys.executable, "-m", "kagglekit.cli", "runs", "--output", str(out)],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and "failed" in listed.stdout and "validation accuracy" in listed.stdout
+
+
+@pytest.mark.slow
+def test_a_failed_rerun_of_a_good_configuration_keeps_its_executed_notebook(tmp_path):
+    out = tmp_path / "runs"
+    assert _run(out, "smoke=True").returncode == 0
+    [folder] = [p for p in (out / "quickstart").iterdir() if not p.is_symlink()]
+    notebook = (folder / "quickstart.ipynb").read_bytes()
+    # The same configuration, made to fail by the machine: a card too old for the kit.
+    again = _run(out, "smoke=True", env={"KAGGLEKIT_FAKE_GPUS": "Tesla P100:6.0:16"})
+    assert again.returncode == 1
+    assert (folder / "quickstart.ipynb").read_bytes() == notebook
+    assert (folder / "quickstart.failed.ipynb").exists()
+    status = json.loads((folder / "status.json").read_text())
+    assert status["status"] == "failed" and "PrecisionError" in status["error"]
