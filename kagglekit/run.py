@@ -30,6 +30,7 @@ class Run:
     metrics: dict = field(default_factory=dict)
     started: float = field(default_factory=time.time)
     _cache: object = field(default=None, repr=False)
+    previous: dict = field(default_factory=dict, repr=False)  # metrics.json of the last run here
 
     @property
     def precision(self):
@@ -90,6 +91,12 @@ class Run:
         from . import monitor
         summary = dict(result.summary() if hasattr(result, "summary") else result)
         timeline = summary.pop("gpu_timeline", None) or []
+        earlier = self.previous.get(label)
+        if summary.get("stopped") == "already_complete" and earlier:
+            # A rerun that skipped training measured nothing: keep the figures of the run
+            # that trained (speed, step breakdown, diagnosis), not zeros over them.
+            summary = {**earlier, "stopped": "already_complete", "skipped_rerun": True,
+                       "steps_this_session": 0, "resumed_from": summary.get("resumed_from")}
         self.log(**{label: summary})
         if step_plot and summary.get("step_breakdown", {}).get("sampled_steps"):
             self.savefig(monitor.breakdown_figure({label: summary["step_breakdown"]}),
@@ -137,6 +144,13 @@ def save_figure(fig, path: Path) -> Path:
     return path
 
 
+def _previous_metrics(output: Path) -> dict:
+    try:
+        return json.loads((output / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def start(namespace: dict, name: str, *, smoke: dict | None = None,
           declared: dict | None = None, verbose: bool = True) -> Run:
     """Validate a notebook's parameters and set the run up.
@@ -160,7 +174,7 @@ def start(namespace: dict, name: str, *, smoke: dict | None = None,
     seed = int(config.get("seed", 0))
     env.seed_everything(seed)
     run = Run(name=name, config=json.loads(json.dumps(config, default=str)), output_dir=output,
-              env=report, seed=seed)
+              env=report, seed=seed, previous=_previous_metrics(output))
     run.data_dir()  # fail now, before any work, if the folder is missing
     expected = os.environ.get("KAGGLEKIT_EXPECT_GPUS")  # set by the pushed notebook
     if expected:

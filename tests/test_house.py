@@ -18,9 +18,19 @@ def _git_status() -> str:
 
 @pytest.mark.slow
 def test_the_publish_and_data_tests_leave_the_checkout_and_tmp_as_they_were(tmp_path):
+    import shutil
+    import tempfile
     before = _git_status()
-    scratch = tmp_path / "tmp"  # every temporary file of the run lands here...
-    scratch.mkdir()
+    # Every temporary file of the run lands here (a short path, as /tmp is: sockets
+    # that DataLoader workers open there must stay under 108 bytes)...
+    scratch = Path(tempfile.mkdtemp(prefix="kkh-"))
+    try:
+        _run_and_check(tmp_path, scratch, before)
+    finally:
+        shutil.rmtree(scratch)
+
+
+def _run_and_check(tmp_path: Path, scratch: Path, before: str) -> None:
     env = {**os.environ, "TMPDIR": str(scratch), "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",

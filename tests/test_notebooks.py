@@ -82,7 +82,10 @@ def test_quickstart_trains_then_a_rerun_skips_training(tmp_path):
                                    {"smoke": True, "cuda_graphs": "auto"}, output_dir=out,
                                    progress=False))
     assert second["fit"]["stopped"] == "already_complete"
-    assert second["fit"]["steps_this_session"] == 0
+    # The skipped rerun keeps the figures of the run that trained, not zeros over them.
+    assert second["fit"]["skipped_rerun"] and second["fit"]["steps_this_session"] == 0
+    assert second["fit"]["samples_per_s"] == first["fit"]["samples_per_s"] > 0
+    assert second["fit"]["diagnosis"] == first["fit"]["diagnosis"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -102,7 +105,8 @@ def test_run_by_papermill_directly_a_typo_still_fails_in_the_first_cell(tmp_path
     import papermill
 
     from kagglekit.runner import _venv_kernel_env
-    _venv_kernel_env()  # the venv's "python3" kernel, as make run uses    with pytest.raises(papermill.PapermillExecutionError, match="did you mean 'epochs'"):
+    _venv_kernel_env()  # the venv's "python3" kernel, as make run uses
+    with pytest.raises(papermill.PapermillExecutionError, match="did you mean 'epochs'"):
         papermill.execute_notebook(str(REPO / "notebooks" / "quickstart.ipynb"),
                                    str(tmp_path / "q.ipynb"), parameters={"epcohs": 1},
                                    kernel_name="python3", progress_bar=False, cwd=str(tmp_path))

@@ -2,8 +2,10 @@
 a loopback server of ours (tests/kaggle_server.py)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -161,11 +163,10 @@ def _sandbox(root: Path, inputs_from: Path | None = None) -> Path:
     return root
 
 
-def _run_in_sandbox(notebook: Path, root: Path, kernels: Path, monkeypatch) -> dict:
+def _run_in_sandbox(notebook: Path, root: Path, kernels: Path, monkeypatch, tmp: Path) -> dict:
     import papermill
-    (root / "tmp").mkdir()
     for name, value in {"KAGGLEKIT_ROOT": str(root), "KAGGLE_KERNEL_RUN_TYPE": "Batch",
-                        "TMPDIR": str(root / "tmp"),  # the install cell's folder: ours to remove
+                        "TMPDIR": str(tmp),  # the install cell's folder: ours to remove
                         "JUPYTER_PATH": str(kernels), "PIP_NO_INDEX": "1",
                         "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}.items():
         monkeypatch.setenv(name, value)  # the kernel inherits them; no network is reachable
@@ -189,13 +190,23 @@ def test_the_pushed_notebook_runs_in_a_kaggle_like_sandbox_and_resumes_from_its_
     (kernels / "kernels" / "python3" / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, str(REPO / "tests" / "jobs" / "sandbox_kernel.py"), "-f",
                  "{connection_file}"], "display_name": "sandbox", "language": "python"}))
-    first = _run_in_sandbox(notebook, _sandbox(tmp_path / "v1"), kernels, monkeypatch)
-    assert first["env"]["kagglekit_path"].startswith(str(tmp_path / "v1" / "tmp" / "kagglekit-"))  # the embedded wheel ran
+    # The kernel's temporary folder: short, as /tmp is on Kaggle (AF_UNIX socket paths,
+    # which DataLoader workers pass tensors through, stop at 108 bytes), and removed after.
+    tmp = Path(tempfile.mkdtemp(prefix="kks-"))
+    try:
+        _check_the_chain(notebook, tmp_path, kernels, monkeypatch, tmp)
+    finally:
+        shutil.rmtree(tmp)
+
+
+def _check_the_chain(notebook, tmp_path, kernels, monkeypatch, tmp):
+    first = _run_in_sandbox(notebook, _sandbox(tmp_path / "v1"), kernels, monkeypatch, tmp)
+    assert first["env"]["kagglekit_path"].startswith(str(tmp / "kagglekit-"))  # the embedded wheel ran
     assert first["env"]["where"] == "kaggle (Batch) [simulated]"
     assert first["fit"]["stopped"] == "completed" and first["fit"]["resumed_from"] is None
     assert first["accelerator"] == {"expected": "2 x T4", "found": [], "ok": False}  # CPU sandbox
     second = _run_in_sandbox(notebook, _sandbox(tmp_path / "v2", inputs_from=tmp_path / "v1" / "working"),
-                             kernels, monkeypatch)
+                             kernels, monkeypatch, tmp)
     assert second["fit"]["stopped"] == "already_complete"
     assert "/input/notebooks/tester/kagglekit-quickstart/checkpoints/mlp/" in second["fit"]["resumed_from"]
 
