@@ -8,7 +8,7 @@ NB ?=
 P ?=
 PYTEST_ARGS ?=
 
-.PHONY: help setup run runs view test bench lint clean build push status output compare
+.PHONY: help setup run runs view test bench lint clean build push status logs output pull quota compare
 
 # V=1: keep the warnings the kit silences because they carry nothing for the user.
 ifdef V
@@ -32,9 +32,9 @@ $(STAMP): requirements.txt pyproject.toml setup/ipython_kernel_config.py
 	mkdir -p $(VENV)/etc/ipython && cp setup/ipython_kernel_config.py $(VENV)/etc/ipython/
 	touch $@
 
-## run: execute the notebooks locally into runs/<NB>/<config>/ (NB=name for one, P="epochs=3 seed=1")
+## run: execute the notebooks locally into runs/<NB>/<config>/ (NB=name, P="epochs=3 seed=1", KAGGLE=1: Kaggle's parameters)
 run: $(STAMP)
-	$(PY) -m kagglekit.cli run $(NB) $(foreach p,$(P),-p $(p))
+	$(PY) -m kagglekit.cli run $(NB) $(if $(KAGGLE),--kaggle) $(foreach p,$(P),-p $(p))
 
 ## runs: every local run (one folder per configuration) with its status and headline results
 runs: $(STAMP)
@@ -48,12 +48,28 @@ view: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-## build / push / status / output / compare: the Kaggle pipeline (NB=name for one notebook; WAIT=1 polls)
-build push output compare: $(STAMP)
+## build / push / status / logs / output / pull / compare: the Kaggle round trip (NB=name; push of every notebook needs ALL=1)
+build compare logs: $(STAMP)
 	$(PY) -m kagglekit.cli $@ $(NB)
 
+push: $(STAMP)
+	$(PY) -m kagglekit.cli push $(NB) $(if $(ALL),--all)
+
+## status: the Kaggle run's state (WAIT=1 polls until it ends; the log's tail on ERROR)
 status: $(STAMP)
 	$(PY) -m kagglekit.cli status $(NB) $(if $(WAIT),--wait)
+
+## output: download a finished Kaggle run into runs/kaggle/<slug>/v<N>/ (FORCE=1 while it runs)
+output: $(STAMP)
+	$(PY) -m kagglekit.cli output $(NB) $(if $(FORCE),--force)
+
+## pull: a notebook edited on Kaggle back into notebooks/ (refuses over uncommitted edits; FORCE=1)
+pull: $(STAMP)
+	$(PY) -m kagglekit.cli pull $(NB) $(if $(FORCE),--force)
+
+## quota: GPU hours used and left this week
+quota: $(STAMP)
+	$(PY) -m kagglekit.cli quota
 
 ## bench: measured ratios against baselines taken in the same run
 bench: $(STAMP)

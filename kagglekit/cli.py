@@ -1,4 +1,4 @@
-"""Command line: ``python -m kagglekit.cli {run,runs,view,build,push,status,output,compare} [NB ...]``."""
+"""Command line: ``python -m kagglekit.cli {run,runs,view,build,push,status,logs,output,pull,quota,compare} [NB ...]``."""
 from __future__ import annotations
 
 import argparse
@@ -29,17 +29,24 @@ def cmd_run(args) -> int:
     from .params import ParameterError
     from .runner import parse_overrides, run_folder, run_notebook
     try:
-        params = parse_overrides(args.param)
         notebooks = _notebooks(args.notebooks)
+        params = {nb: {**(_kaggle_parameters(nb.stem) if args.kaggle else {}),
+                       **parse_overrides(args.param)} for nb in notebooks}
         for nb in notebooks:  # a typo fails here, before any kernel
-            run_folder(nb, params, args.output)
+            run_folder(nb, params[nb], args.output)
     except (ValueError, ParameterError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    rows = [_run_one(nb, params, args.output, run_notebook) for nb in notebooks]
+    rows = [_run_one(nb, params[nb], args.output, run_notebook) for nb in notebooks]
     if len(rows) > 1:
         print("\n" + _text_table(rows))
     return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+def _kaggle_parameters(name: str) -> dict:
+    """The parameters notebook ``name`` runs with on Kaggle (kernel-metadata/<name>.json)."""
+    from .publish import metadata
+    return metadata.load(Path("kernel-metadata") / f"{name}.json").get("parameters", {})
 
 
 def _run_one(nb: Path, params: dict, output_root: str, run_notebook) -> dict:
@@ -123,75 +130,60 @@ def _names(args) -> list[str]:
     return [p.stem for p in _notebooks(args.notebooks)]
 
 
-def _kernel(name: str) -> tuple[str, str]:
-    """(owner/slug, slug) of notebook ``name`` from its metadata and the credentials."""
-    from .publish import credentials, metadata
-    meta = metadata.load(Path("kernel-metadata") / f"{name}.json")
-    return f"{credentials.username()}/{meta['slug']}", meta["slug"]
-
-
 def cmd_build(args) -> int:
-    from .publish.build import build
-    for name in _names(args):
-        print(f"built {build(name)}/")
-    return 0
+    from .publish import commands
+    return commands.build_all(_names(args))
 
 
 def cmd_push(args) -> int:
-    from .publish import credentials, kaggle_cli
-    from .publish.build import build
-    owner = credentials.username()  # before any work: a push needs an account
-    folders = [build(name, owner=owner) for name in _names(args)]  # every check before any upload
-    for folder in folders:
-        pushed = kaggle_cli.push(folder, accelerator=args.accelerator)
-        print(f"pushed {folder.name}: version {pushed.version} -> {pushed.url}")
-    return 0
+    from .publish import commands
+    if not args.notebooks and not args.all:
+        known = ", ".join(p.stem for p in sorted(NOTEBOOKS.glob("*.ipynb")))
+        print(f"error: name the notebook to push (make push NB=<name>; one of {known}), or ALL=1 "
+              "to push every notebook: each push starts a GPU session of your weekly quota.",
+              file=sys.stderr)
+        return 2
+    return commands.push_all(_names(args), args.accelerator)
 
 
 def cmd_status(args) -> int:
-    from .publish import kaggle_cli
-    failed = False
-    for name in _names(args):
-        kernel, _ = _kernel(name)
-        st = kaggle_cli.wait(kernel, args.timeout) if args.wait else kaggle_cli.status(kernel)
-        print(f"{kernel}: {st.state}" + (f" ({st.failure})" if st.failure else ""))
-        failed |= st.state not in ("COMPLETE", "RUNNING", "QUEUED") or (
-            args.wait and st.state != "COMPLETE")
-    return 1 if failed else 0
+    from .publish import commands
+    return commands.status_all(_names(args), args.wait, args.timeout)
+
+
+def cmd_logs(args) -> int:
+    from .publish import commands
+    return commands.logs_all(_names(args))
 
 
 def cmd_output(args) -> int:
-    from .publish import kaggle_cli
+    from .publish import commands
+    return commands.output_all(_names(args), args.output, args.force)
+
+
+def cmd_quota(args) -> int:
+    from .publish import commands
+    return commands.quota()
+
+
+def cmd_pull(args) -> int:
+    from .publish import commands
+    from .publish.pull import PullRefused, pull
     for name in _names(args):
-        kernel, slug = _kernel(name)
-        from .publish.build import build_root
-        pushed = build_root() / slug / "pushed.json"
-        version = json.loads(pushed.read_text()).get("version") if pushed.exists() else None
-        dest = Path(args.output) / slug / (f"v{version}" if version else "latest")
-        files = kaggle_cli.output(kernel, dest)
-        print(f"{kernel}: {len(files)} files -> {dest}/")
+        kernel, _ = commands.kernel_of(name)
+        try:
+            lines = pull(name, kernel, NOTEBOOKS, commands.METADATA_DIR, force=args.force)
+        except PullRefused as err:
+            print(f"error: {name}: {err}", file=sys.stderr)
+            return 2
+        print("\n".join([f"pulled {kernel}:"] + [f"  {line}" for line in lines]))
     return 0
 
 
 def cmd_compare(args) -> int:
-    from . import report
-    failed = False
-    for name in _names(args):
-        from .publish import metadata
-        slug = metadata.load(Path("kernel-metadata") / f"{name}.json")["slug"]
-        local = _latest(Path(args.runs) / name) / "metrics.json"
-        remote = sorted((Path(args.runs) / "kaggle" / slug).glob("*/metrics.json"),
-                        key=lambda p: p.stat().st_mtime)
-        if not local.exists() or not remote:
-            print(f"{name}: need {local} (make run NB={name}) and a downloaded Kaggle run "
-                  f"(make output NB={name})", file=sys.stderr)
-            failed = True
-            continue
-        result = report.compare(json.loads(local.read_text()), json.loads(remote[-1].read_text()))
-        path = report.write(result, remote[-1].parent, f"{name}: local vs Kaggle")
-        print(path.read_text())
-        failed |= not result["ok"]
-    return 1 if failed else 0
+    from .publish.compare import compare_notebook
+    results = [compare_notebook(name, Path(args.runs)) for name in _names(args)]
+    return 0 if all(results) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
     run.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE")
     run.add_argument("--output", default="runs", help="output root (default: runs/)")
+    run.add_argument("--kaggle", action="store_true",
+                     help="with the parameters the notebook runs with on Kaggle (KAGGLE=1)")
     run.set_defaults(func=cmd_run)
     runs = sub.add_parser("runs", help="list local runs with their status and headline results")
     runs.add_argument("--output", default="runs", help="output root (default: runs/)")
@@ -212,18 +206,25 @@ def main(argv: list[str] | None = None) -> int:
     for name, func, text in (("build", cmd_build, "render notebooks for Kaggle into build/kaggle/"),
                              ("push", cmd_push, "build, validate and push as Kaggle kernels"),
                              ("status", cmd_status, "the Kaggle run's status (non-zero on ERROR)"),
-                             ("output", cmd_output, "download a Kaggle run's outputs"),
-                             ("compare", cmd_compare, "local metrics against the Kaggle run's")):
+                             ("logs", cmd_logs, "the log of the Kaggle run (its traceback on ERROR)"),
+                             ("output", cmd_output, "download a finished Kaggle run's outputs"),
+                             ("pull", cmd_pull, "bring a notebook edited on Kaggle back into notebooks/"),
+                             ("quota", cmd_quota, "GPU hours used and left this week"),
+                             ("compare", cmd_compare, "a local run against the Kaggle run of the same configuration")):
         p = sub.add_parser(name, help=text)
         p.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
         p.set_defaults(func=func)
         if name == "push":
             p.add_argument("--accelerator", default="NvidiaTeslaT4")
+            p.add_argument("--all", action="store_true", help="push every notebook (ALL=1)")
         if name == "status":
             p.add_argument("--wait", action="store_true", help="poll until done, with back-off")
             p.add_argument("--timeout", type=float, default=12 * 3600)
         if name == "output":
             p.add_argument("--output", default="runs/kaggle")
+        if name in ("output", "pull"):
+            p.add_argument("--force", action="store_true",
+                           help="output: download while RUNNING; pull: overwrite local edits")
         if name == "compare":
             p.add_argument("--runs", default="runs")
     args = parser.parse_args(argv)
@@ -231,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except Exception as err:  # the CLI's errors are messages for a person, not tracebacks
         from .publish import metadata, credentials, kaggle_cli, build
+        from .params import ParameterError
         known = (metadata.MetadataError, credentials.CredentialsError, kaggle_cli.KaggleError,
-                 build.BuildError)
+                 build.BuildError, ParameterError)
         if isinstance(err, known):
             print(f"error: {err}", file=sys.stderr)
             return 2

@@ -38,8 +38,29 @@ def verdict(relative: float) -> str:
     return "FAIL"
 
 
+# Keys that may differ between a local run and its Kaggle run without making them
+# different experiments: how long or where they ran, not what they computed.
+NOT_THE_EXPERIMENT = frozenset({"force_retrain", "time_budget_s", "save_every_min", "processes"})
+
+
+def config_differences(local: dict, remote: dict) -> list[str]:
+    """"key: local -> kaggle" for every parameter that makes the runs different experiments."""
+    keys = sorted((set(local) | set(remote)) - NOT_THE_EXPERIMENT)
+    return [f"{k}: {local.get(k)!r} -> {remote.get(k)!r}" for k in keys if local.get(k) != remote.get(k)]
+
+
+def finished(metrics: dict) -> bool:
+    """A run that reached its notebook's last cell (the summary) and was not stopped early."""
+    return bool(metrics.get("summary")) and not _stopped_by_budget(metrics)
+
+
 def compare(local: dict, remote: dict) -> dict:
-    """Score deltas, time ratio and the criteria; ``ok`` is False on any failure."""
+    """Score deltas, time ratio and the criteria; ``ok`` is False on any failure.
+
+    A like-for-like comparison: runs of different configurations are refused before
+    (``config_differences``); here a comparison with no shared score, a run that did not
+    finish, or a Kaggle session without the GPUs asked for fails.
+    """
     a, b = flatten(local), flatten(remote)
     rows = []
     for key in sorted(set(a) & set(b)):
@@ -48,10 +69,14 @@ def compare(local: dict, remote: dict) -> dict:
         rel = (b[key] - a[key]) / abs(a[key]) if a[key] else (0.0 if b[key] == 0 else math.inf)
         rows.append({"metric": key, "local": a[key], "kaggle": b[key], "relative": rel,
                      "verdict": verdict(rel)})
+    accelerator = remote.get("accelerator", {})
     checks = {
-        "scores within 10%": all(r["verdict"] != "FAIL" for r in rows),
+        "a score is shared": bool(rows),
+        "scores within 10%": bool(rows) and all(r["verdict"] != "FAIL" for r in rows),
+        "both runs finished": finished(local) and finished(remote),
         "finished within the time budget": not _stopped_by_budget(remote),
         "no out-of-memory": all(v == 0 for k, v in b.items() if k.endswith("oom_count")),
+        "Kaggle gave the GPUs asked for": accelerator.get("ok") if accelerator else None,
     }
     util = [v for k, v in b.items() if "gpu_util" in k]
     checks["GPU utilisation above 70%"] = (min(util) > 70) if util else None  # None: not measured

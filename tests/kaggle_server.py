@@ -17,14 +17,19 @@ from kagglekit.publish.build import INSTALL_MARK
 
 
 class FakeKaggle:
-    def __init__(self, username="tester", key="0123456789abcdef0123"):
-        self.username, self.key = username, key
+    def __init__(self, username="tester", key="0123456789abcdef0123",
+                 token="KGAT_0123456789abcdef0123456789abcdef"):
+        self.username, self.key, self.token = username, key, token
         self.requests: list[tuple[str, dict]] = []
         self.push_error = ""  # set to make SaveKernel refuse
+        self.refuse: set = set()  # owner/slug of kernels whose push is refused
         self.status = "COMPLETE"
         self.failure = ""
         self.files: dict[str, bytes] = {}
+        self.log = [{"stream_name": "stdout", "time": 1.0, "data": "done\n"}]
+        self.kernels: dict[str, dict] = {}  # slug -> the last SaveKernel body, as Kaggle keeps it
         self.versions = 0
+        self.quota = {"used_s": 11 * 3600 + 1800, "allowed_s": 30 * 3600}
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -49,10 +54,11 @@ class FakeKaggle:
                 path = urlparse(self.path).path
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
                 server.requests.append((path, body))
-                expected = "Basic " + base64.b64encode(f"{server.username}:{server.key}".encode()).decode()
-                if self.headers.get("Authorization") != expected:
-                    return self._send(401, json.dumps({"code": 401, "message": "Unauthenticated"}).encode())
                 method = path.rsplit("/", 1)[-1]
+                basic = "Basic " + base64.b64encode(f"{server.username}:{server.key}".encode()).decode()
+                allowed = (basic, f"Bearer {server.token}")
+                if self.headers.get("Authorization") not in allowed and method != "IntrospectToken":
+                    return self._send(401, json.dumps({"code": 401, "message": "Unauthenticated"}).encode())
                 answer = getattr(server, f"on_{method}", None)
                 if answer is None:
                     return self._send(404, json.dumps({"code": 404, "message": f"no {path}"}).encode())
@@ -74,11 +80,52 @@ class FakeKaggle:
             return 400, {"code": 400, "message": "source too large"}
         if problems:
             return 200, {"error": "; ".join(problems)}
-        if self.push_error:
-            return 200, {"error": self.push_error}
+        if self.push_error or body["slug"] in self.refuse:
+            return 200, {"error": self.push_error or "refused for this kernel"}
+        # As Kaggle: a kernel cannot mount its own output before it exists.
+        invalid = [k for k in body.get("kernelDataSources", [])
+                   if k == body["slug"] and body["slug"] not in self.kernels]
+        self.kernels[body["slug"]] = body
         self.versions += 1
-        return 200, {"ref": f"/code/{body['slug']}", "url": f"http://localhost/code/{body['slug']}",
-                     "versionNumber": self.versions}
+        reply = {"ref": f"/code/{body['slug']}", "url": f"http://localhost/code/{body['slug']}",
+                 "versionNumber": self.versions}
+        if invalid:
+            reply["invalidKernelSources"] = invalid
+        return 200, reply
+
+    def on_GetKernel(self, body: dict):
+        slug = f"{body['userName']}/{body['kernelSlug']}"
+        if slug not in self.kernels:
+            return 404, {"code": 404, "message": f"kernel {slug} not found"}
+        k = self.kernels[slug]
+        meta = {"ref": slug, "id": 4242, "title": k["newTitle"], "language": k["language"],
+                "kernelType": k["kernelType"], "isPrivate": k.get("isPrivate", False),
+                "enableGpu": k.get("enableGpu", False), "enableInternet": k.get("enableInternet", False),
+                "datasetDataSources": k.get("datasetDataSources", []),
+                "kernelDataSources": k.get("kernelDataSources", []),
+                "competitionDataSources": k.get("competitionDataSources", []),
+                "modelDataSources": k.get("modelDataSources", []),
+                "categoryIds": k.get("categoryIds", []), "machineShape": k.get("machineShape", ""),
+                "currentVersionNumber": self.versions}
+        blob = {"source": k["text"], "language": k["language"], "kernelType": k["kernelType"],
+                "slug": body["kernelSlug"]}
+        return 200, {"metadata": meta, "blob": blob}
+
+    def on_GetAcceleratorQuotaStatistics(self, body: dict):
+        q = self.quota
+        return 200, {"gpuQuota": {"timeUsed": f"{q['used_s']}s", "totalTimeAllowed": f"{q['allowed_s']}s"},
+                     "quotaRefreshTime": "2026-11-28T00:00:00Z"}
+
+    def on_IntrospectToken(self, body: dict):
+        if body.get("token") != self.token:
+            return 200, {"active": False}
+        return 200, {"active": True, "username": self.username}
+
+    def edit_on_server(self, slug: str, change) -> None:
+        """A user's edit in Kaggle's editor: ``change(notebook_dict)`` on the stored source."""
+        nb = json.loads(self.kernels[slug]["text"])
+        change(nb)
+        self.kernels[slug]["text"] = json.dumps(nb)
 
     def on_GetKernelSessionStatus(self, body: dict):
         reply = {"status": self.status}
@@ -88,19 +135,19 @@ class FakeKaggle:
 
     def on_ListKernelSessionOutput(self, body: dict):
         files = [{"url": f"http://localhost/files/{name}", "fileName": name} for name in self.files]
-        log = json.dumps([{"stream_name": "stdout", "time": 1.0, "data": "done\n"}])
-        return 200, {"files": files, "log": log}
+        return 200, {"files": files, "log": json.dumps(self.log)}
 
     # ---- helpers for tests -------------------------------------------------------------
     def pushed(self) -> list[dict]:
         return [b for p, b in self.requests if p.endswith("/SaveKernel")]
 
-    def env(self, home) -> dict:
-        """Environment for the CLI: hermetic HOME and config, loopback routing."""
+    def env(self, home, token: bool = False) -> dict:
+        """Environment for the CLI: hermetic HOME and config, loopback routing; the
+        credentials a kaggle.json, or (``token``) an access token file only."""
         folder = home / ".kaggle"
         folder.mkdir(parents=True, exist_ok=True)
-        creds = folder / "kaggle.json"
-        creds.write_text(json.dumps({"username": self.username, "key": self.key}))
+        creds = folder / ("access_token" if token else "kaggle.json")
+        creds.write_text(self.token if token else json.dumps({"username": self.username, "key": self.key}))
         creds.chmod(0o600)
         return {"HOME": str(home), "KAGGLE_CONFIG_DIR": str(folder),
                 "KAGGLE_API_ENVIRONMENT": "LOCALHOST", "HTTP_PROXY": f"http://127.0.0.1:{self.port}",

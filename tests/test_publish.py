@@ -213,10 +213,11 @@ def _check_the_chain(notebook, tmp_path, kernels, monkeypatch, tmp):
 
 def test_compare_flags_a_score_that_moved_over_ten_percent_and_an_oom():
     from kagglekit import report
+    done = [{"result": "test Dice", "value": 0.8}]  # a summary: the run reached its last cell
     local = {"fit": {"val_loss": 0.50, "oom_count": 0, "stopped": "completed"}, "test_dice": 0.80,
-             "wall_seconds": 100.0, "config": {"lr": 0.1}}
+             "wall_seconds": 100.0, "config": {"lr": 0.1}, "summary": done}
     close = {"fit": {"val_loss": 0.505, "oom_count": 0, "stopped": "completed"}, "test_dice": 0.79,
-             "wall_seconds": 40.0}
+             "wall_seconds": 40.0, "summary": done, "accelerator": {"ok": True}}
     ok = report.compare(local, close)
     assert ok["ok"] and {r["metric"]: r["verdict"] for r in ok["rows"]} == \
         {"fit.val_loss": "fine", "test_dice": "fine"}
@@ -224,16 +225,18 @@ def test_compare_flags_a_score_that_moved_over_ten_percent_and_an_oom():
     bad = report.compare(local, {"fit": {"val_loss": 0.60, "oom_count": 2, "stopped": "time_budget"},
                                  "test_dice": 0.70})
     assert not bad["ok"]
-    assert bad["checks"] == {"scores within 10%": False, "finished within the time budget": False,
-                             "no out-of-memory": False, "GPU utilisation above 70%": None}
+    assert bad["checks"] == {"a score is shared": True, "scores within 10%": False,
+                             "both runs finished": False, "finished within the time budget": False,
+                             "no out-of-memory": False, "Kaggle gave the GPUs asked for": None,
+                             "GPU utilisation above 70%": None}
     text = report.markdown(bad, "demo")
     assert "| fit.val_loss | 0.5 | 0.6 | +20.0% | FAIL |" in text and "Overall: FAILED" in text
 
 
 def test_make_compare_writes_the_report_next_to_the_kaggle_run(tmp_path):
     runs = tmp_path / "runs"
-    (runs / "quickstart").mkdir(parents=True)
-    (runs / "quickstart" / "metrics.json").write_text(json.dumps({"fit": {"val_loss": 0.5}}))
+    (runs / "quickstart" / "defaults-1").mkdir(parents=True)
+    (runs / "quickstart" / "defaults-1" / "metrics.json").write_text(json.dumps({"fit": {"val_loss": 0.5}}))
     kaggle_run = runs / "kaggle" / "kagglekit-quickstart" / "v3"
     kaggle_run.mkdir(parents=True)
     (kaggle_run / "metrics.json").write_text(json.dumps({"fit": {"val_loss": 0.7}}))

@@ -93,8 +93,10 @@ subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
 sys.path.insert(0, os.path.join(_dir, "site"))
 os.environ["KAGGLEKIT_EXPECT_GPUS"] = "{expect}"  # kk.start() checks the GPUs Kaggle gave
 '''
+    # Hidden in Kaggle's viewer (_kg_hide-input) and in JupyterLab (source_hidden).
     return {"cell_type": "code", "execution_count": None, "outputs": [], "source": source,
-            "metadata": {"jupyter": {"source_hidden": True}, "tags": ["kagglekit-install"]}}
+            "metadata": {"_kg_hide-input": True, "jupyter": {"source_hidden": True},
+                         "tags": ["kagglekit-install"]}}
 
 
 def render(notebook: Path, params: dict, wheel: Path, out: Path,
@@ -113,7 +115,10 @@ def render(notebook: Path, params: dict, wheel: Path, out: Path,
             cell["outputs"], cell["execution_count"] = [], None
     provenance = {**git_state(), "version": _version()}
     provenance["dirty"] = provenance["dirty"] or untracked  # new files went into the wheel
-    nb["cells"].insert(0, install_cell(wheel, provenance, machine_shape))
+    cell = install_cell(wheel, provenance, machine_shape)
+    if (nb.get("nbformat"), nb.get("nbformat_minor", 0)) >= (4, 5):
+        cell["id"] = "kagglekit-install"  # nbformat 4.5 requires an id on every cell
+    nb["cells"].insert(0, cell)
     nb["metadata"]["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                     "language": "python"}
     nb["metadata"]["kagglekit"] = provenance

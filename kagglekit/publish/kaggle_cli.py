@@ -12,10 +12,11 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DONE = {"COMPLETE", "ERROR", "CANCEL_ACKNOWLEDGED"}
+BUSY = {"QUEUED", "RUNNING", "NEW_SCRIPT", "CANCEL_REQUESTED"}
 
 
 class KaggleError(RuntimeError):
@@ -27,7 +28,8 @@ def executable() -> str:
     return str(beside) if beside.exists() else (shutil.which("kaggle") or "kaggle")
 
 
-def _run(*args: str, timeout: float = 600) -> str:
+def run_cli(*args: str, timeout: float = 600) -> str:
+    """Run ``kaggle *args``; its output, or KaggleError naming the command and why."""
     proc = subprocess.run([executable(), *args], capture_output=True, text=True, timeout=timeout)
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:
@@ -36,30 +38,47 @@ def _run(*args: str, timeout: float = 600) -> str:
     return out
 
 
+# ---- push -----------------------------------------------------------------------------------
 @dataclass
 class Pushed:
     version: int | None
     url: str
+    warnings: list = field(default_factory=list)  # sources Kaggle did not attach, and why
+    problems: list = field(default_factory=list)  # warnings that leave the run without its data
 
 
 def push(folder: Path, accelerator: str = "NvidiaTeslaT4") -> Pushed:
-    out = _run("kernels", "push", "-p", str(folder), "--accelerator", accelerator)
+    """Push ``folder``; the version is recorded in ``pushed.json`` whenever Kaggle made one.
+
+    Sources Kaggle did not attach are reported, not raised after the fact: the version
+    exists by then. The kernel's own output on its first push is expected (the kernel
+    did not exist yet; the next push attaches it); any other is a problem to report.
+    """
+    meta = json.loads((Path(folder) / "kernel-metadata.json").read_text())
+    out = run_cli("kernels", "push", "-p", str(folder), "--accelerator", accelerator)
     refused = re.search(r"Kernel push error: (.*)", out)
     if refused:
         raise KaggleError(f"Kaggle refused the push of {folder}: {refused.group(1).strip()}")
-    rejected = re.findall(r"The following are not valid (\w+ ?\w*)[^:]*: (.*)", out)
-    if rejected:
-        raise KaggleError("Kaggle rejected part of the metadata: " +
-                          "; ".join(f"{what}: {items}" for what, items in rejected))
     done = re.search(r"Kernel version (\d+)? ?successfully pushed\.\s+Please check progress at (\S+)",
                      out)
     if not done:
         raise KaggleError(f"unexpected output from `kaggle kernels push`:\n{out.strip()[-2000:]}")
-    version = int(done.group(1)) if done.group(1) else None
-    (Path(folder) / "pushed.json").write_text(json.dumps({"version": version, "url": done.group(2)}))
-    return Pushed(version, done.group(2))
+    pushed = Pushed(int(done.group(1)) if done.group(1) else None, done.group(2))
+    for what, items in re.findall(r"The following are not valid (\w+ ?\w*?) sources[^:]*: (.*)", out):
+        for item in re.findall(r"[\w./-]+", items):
+            if item == meta["id"] and what.startswith("kernel"):
+                pushed.warnings.append(f"{item}: its own output is not attached yet (the kernel did "
+                                       "not exist before this first push); the next push attaches it")
+            else:
+                pushed.problems.append(f"{what} source {item} was not attached: check its name "
+                                       "and that your account can read it")
+    (Path(folder) / "pushed.json").write_text(json.dumps(
+        {"version": pushed.version, "url": pushed.url, "warnings": pushed.warnings,
+         "problems": pushed.problems}))
+    return pushed
 
 
+# ---- status, logs, output --------------------------------------------------------------------
 @dataclass
 class Status:
     state: str  # QUEUED, RUNNING, COMPLETE, ERROR, ...
@@ -75,7 +94,7 @@ def parse_status(out: str) -> Status:
 
 
 def status(kernel: str) -> Status:
-    return parse_status(_run("kernels", "status", kernel))
+    return parse_status(run_cli("kernels", "status", kernel))
 
 
 def wait(kernel: str, timeout_s: float = 12 * 3600, first_s: float = 10, max_s: float = 300,
@@ -91,8 +110,46 @@ def wait(kernel: str, timeout_s: float = 12 * 3600, first_s: float = 10, max_s: 
         delay = min(max_s, delay * 2)
 
 
+def logs(kernel: str) -> str:
+    """The latest run's log as text: each entry's data, in order (tracebacks included)."""
+    raw = run_cli("kernels", "logs", kernel).strip()
+    try:
+        entries = json.loads(raw)
+    except ValueError:
+        return raw
+    return "".join(str(e.get("data", "")) for e in entries if isinstance(e, dict))
+
+
+def current_version(kernel: str) -> int | None:
+    """The kernel's latest version number as the server reports it (the version whose
+    run ``status`` / ``output`` / ``logs`` describe: the CLI never sends a version)."""
+    owner, slug = kernel.split("/", 1)
+    code = ("from kaggle import api\n"
+            "from kagglesdk.kernels.types.kernels_api_service import ApiGetKernelRequest\n"
+            "r = ApiGetKernelRequest(); r.user_name, r.kernel_slug = %r, %r\n"
+            "with api.build_kaggle_client() as k:\n"
+            "    print(k.kernels.kernels_api_client.get_kernel(r).metadata.current_version_number)\n"
+            % (owner, slug))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    found = re.search(r"^(\d+)\s*$", proc.stdout, re.M)
+    return int(found.group(1)) or None if found else None
+
+
 def output(kernel: str, dest: Path) -> list[Path]:
     """Download every output file (subfolders kept) and the log into ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
-    _run("kernels", "output", kernel, "-p", str(dest), "--force", timeout=3600)
+    run_cli("kernels", "output", kernel, "-p", str(dest), "--force", timeout=3600)
     return sorted(p for p in dest.rglob("*") if p.is_file())
+
+
+def pull(kernel: str, dest: Path) -> tuple[Path, dict]:
+    """The kernel's notebook as Kaggle holds it now, and its metadata (``pull -m``)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    run_cli("kernels", "pull", kernel, "-p", str(dest), "-m")
+    meta = json.loads((dest / "kernel-metadata.json").read_text())
+    return dest / meta["code_file"], meta
+
+
+def quota() -> str:
+    """GPU and TPU hours used and left this week, as the CLI prints them."""
+    return run_cli("quota").strip()

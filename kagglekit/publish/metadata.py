@@ -14,11 +14,13 @@ from pathlib import Path
 CURRENT_SHAPES = {"NvidiaTeslaT4": "GPU T4 x2"}
 RETIRED_SHAPES = {"NvidiaTeslaP100": "retired by Kaggle; sessions land on T4 anyway"}
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{3,48}[a-z0-9]$")
-_OWNER_SLUG = re.compile(r"^[A-Za-z0-9_-]+/[a-z0-9][a-z0-9-]*[a-z0-9]$")
+_OWNER_SLUG = re.compile(r"^[A-Za-z0-9_-]+/[a-z0-9][a-z0-9-]*[a-z0-9](/\d+)?$")  # "/N": a version
 _MODEL = re.compile(r"^[^/\s]+/[^/\s]+/[^/\s]+/[^/\s]+/\d+$")
-KNOWN = {"slug", "title", "notebook", "is_private", "enable_internet", "machine_shape",
-         "dataset_sources", "competition_sources", "kernel_sources", "model_sources", "keywords",
-         "resume_from_previous_version", "parameters"}
+KNOWN = {"slug", "title", "notebook", "is_private", "enable_internet", "enable_tpu",
+         "machine_shape", "docker_image_pinning_type", "dataset_sources", "competition_sources",
+         "kernel_sources", "model_sources", "keywords", "resume_from_previous_version",
+         "parameters"}
+PINNING = ("original", "latest")  # keep the image a kernel first ran on, or take the newest
 
 
 class MetadataError(ValueError):
@@ -67,18 +69,32 @@ def validate(meta: dict, path: Path, notebooks_dir: Path = Path("notebooks")) ->
         if not isinstance(meta.get(field), bool):
             problems.append((field, f"must be set explicitly to true or false (got "
                                     f"{meta.get(field)!r}); the CLI defaults enable_internet to TRUE"))
-    shape = meta.get("machine_shape")
-    if shape in RETIRED_SHAPES:
-        problems.append(("machine_shape", f"{shape!r} is {RETIRED_SHAPES[shape]}: use 'NvidiaTeslaT4'"))
-    elif shape not in CURRENT_SHAPES:
-        problems.append(("machine_shape", f"{shape!r} is not a current shape; use one of "
-                                          f"{sorted(CURRENT_SHAPES)} ('NvidiaTeslaT4' = GPU T4 x2)"))
+    shape_problem = check_shape(meta.get("machine_shape"))
+    if shape_problem:
+        problems.append(("machine_shape", shape_problem))
+    if not isinstance(meta.get("enable_tpu", False), bool):
+        problems.append(("enable_tpu", f"must be true or false (got {meta.get('enable_tpu')!r})"))
+    elif meta.get("enable_tpu"):
+        problems.append(("enable_tpu", "a TPU session has no CUDA GPU for the kit: set false"))
+    pinning = meta.get("docker_image_pinning_type", "original")
+    if pinning not in PINNING:
+        problems.append(("docker_image_pinning_type", f"{pinning!r} must be one of {PINNING}"))
     _check_sources(meta, problems)
     if not isinstance(meta.get("parameters", {}), dict):
         problems.append(("parameters", "must be an object of notebook parameters"))
     if problems:
         lines = "\n".join(f"  {path}: {field}: {why}" for field, why in problems)
         raise MetadataError(f"invalid kernel metadata:\n{lines}")
+
+
+def check_shape(shape) -> str | None:
+    """Why ``shape`` (metadata's machine_shape or push's --accelerator) cannot be used."""
+    if shape in RETIRED_SHAPES:
+        return f"{shape!r} is {RETIRED_SHAPES[shape]}: use 'NvidiaTeslaT4'"
+    if shape not in CURRENT_SHAPES:
+        return (f"{shape!r} is not a current shape; use one of {sorted(CURRENT_SHAPES)} "
+                "('NvidiaTeslaT4' = GPU T4 x2)")
+    return None
 
 
 def load(path: Path, notebooks_dir: Path = Path("notebooks")) -> dict:
@@ -102,4 +118,5 @@ def kaggle_metadata(meta: dict, owner: str, code_file: str) -> dict:
             "dataset_sources": meta.get("dataset_sources", []),
             "competition_sources": meta.get("competition_sources", []),
             "kernel_sources": kernel_sources, "model_sources": meta.get("model_sources", []),
-            "keywords": meta.get("keywords", [])}
+            "keywords": meta.get("keywords", []), "enable_tpu": meta.get("enable_tpu", False),
+            "docker_image_pinning_type": meta.get("docker_image_pinning_type", "original")}
