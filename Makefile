@@ -8,7 +8,7 @@ NB ?=
 P ?=
 PYTEST_ARGS ?=
 
-.PHONY: help setup run runs view test bench lint clean build push status logs output pull quota compare
+.PHONY: help setup run runs view test soak bench lint clean build push status logs output pull quota compare
 
 # V=1: keep the warnings the kit silences because they carry nothing for the user.
 ifdef V
@@ -70,6 +70,10 @@ pull: $(STAMP)
 ## quota: GPU hours used and left this week
 quota: $(STAMP)
 	$(PY) -m kagglekit.cli quota
+
+## soak: kill one training run at 20 random points (mid-step, mid-save, its loader worker), resume each time
+soak: $(STAMP)
+	$(PY) tests/soak.py
 
 ## bench: measured ratios against baselines taken in the same run
 bench: $(STAMP)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from . import atomic, env, rng
+from . import atomic, env, rng, space
 from .cache import fingerprint
 from .identity import Identity
 
@@ -138,6 +138,7 @@ class CheckpointManager:
         self.monitor, self.mode = monitor, mode
         self.data = data
         self.identity: Identity | None = None
+        self._space_checked = False
 
     @property
     def directory(self) -> Path:
@@ -197,13 +198,23 @@ class CheckpointManager:
     # ---- writing -------------------------------------------------------
     def save(self, state: dict, *, step: int, epoch: int = 0, metrics: dict | None = None,
              config: dict | None = None, final: bool = False) -> Path:
-        """Write ``state`` atomically, then its sidecar, then prune old ones."""
+        """Write ``state`` atomically, then its sidecar, then prune old ones.
+
+        A full disk mid-write leaves the previous checkpoint as it was and raises
+        CheckpointSpaceError naming the folder and the space needed."""
         payload = self.directory / f"step-{step:08d}.pt"
+        if not self._space_checked:
+            self._space_checked = True
+            space.warn_if_short(self.directory, space.state_bytes(state), self.keep_last)
         # Re-saving a step (after a fallback): retire the old sidecar first, or a kill
         # between the two writes would pair it with the new payload.
         payload.with_suffix(".json").unlink(missing_ok=True)
-        with atomic.atomic_path(payload) as tmp:
-            torch.save(state, tmp)
+        try:
+            with atomic.atomic_path(payload) as tmp:
+                torch.save(state, tmp)
+        except OSError as err:
+            space.raise_if_full(err, self.directory, space.state_bytes(state))
+            raise
         meta = {"step": step, "epoch": epoch, "final": final, "metrics": metrics or {},
                 "config": config or {}, "versions": _versions(), "time": time.time(),
                 "sha256": atomic.sha256_file(payload), "file": payload.name}

@@ -53,20 +53,47 @@ def workers_per_process(processes: int = 1, cpus: int | None = None) -> int:
     return max(0, (cpus - processes) // max(1, processes))
 
 
+WORKER_TIMEOUT_S = 600.0  # a loader worker silent for this long is stalled, not slow
+
+
+class LoaderError(RuntimeError):
+    """A DataLoader worker died or stalled."""
+
+
+def next_batch(batches, loader):
+    """``next(batches)``; a dead or stalled worker becomes a LoaderError naming it."""
+    try:
+        return next(batches)
+    except RuntimeError as err:
+        text = str(err)
+        if "DataLoader worker" not in text and "DataLoader timed out" not in text:
+            raise
+        workers = getattr(loader, "num_workers", "?")
+        raise LoaderError(
+            f"{text.splitlines()[0]} (one of {workers} loader workers). A worker killed by "
+            "SIGKILL usually ran out of host memory: fewer workers (num_workers, or the "
+            "NUM_WORKERS variable) or a smaller prefetch; a stalled one is stuck in the dataset's "
+            f"__getitem__ (reading a file, a lock) for longer than timeout_s.") from err
+
+
 def make_loader(dataset: Dataset, batch_size: int, *, train: bool = True, seed: int = 0,
                 device: torch.device | str = "cpu", num_workers: int | None = None,
                 drop_last: bool | None = None, collate_fn=None, prefetch_factor: int = 4,
-                processes: int | None = None) -> DataLoader:
+                processes: int | None = None, timeout_s: float = WORKER_TIMEOUT_S) -> DataLoader:
     """A DataLoader tuned for this machine.
 
     Args:
         train: shuffle (by seed and epoch) and drop the last partial batch.
         device: pinned memory is used when it is CUDA.
-        num_workers: default from the CPU count and the number of processes.
+        num_workers: default: the ``NUM_WORKERS`` environment variable when set, else
+            from the CPU count and the number of processes.
         processes: training processes on this machine (default: the world size).
+        timeout_s: seconds a worker may take for one batch before it counts as stalled.
     """
     dist = torch.distributed
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if num_workers is None and os.environ.get("NUM_WORKERS", "").strip().isdigit():
+        num_workers = int(os.environ["NUM_WORKERS"])  # the machine's owner knows best
     if num_workers is None:
         num_workers = workers_per_process(processes or world)
     drop_last = train if drop_last is None else drop_last
@@ -74,7 +101,8 @@ def make_loader(dataset: Dataset, batch_size: int, *, train: bool = True, seed: 
     # A dedicated generator keeps worker seeding off the global RNG, so a resumed
     # run draws exactly the random numbers the uninterrupted one drew.
     generator = torch.Generator().manual_seed(seed)
-    workers = dict(persistent_workers=True, prefetch_factor=prefetch_factor) if num_workers else {}
+    workers = dict(persistent_workers=True, prefetch_factor=prefetch_factor,
+                   timeout=timeout_s) if num_workers else {}
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last,
                       num_workers=num_workers, pin_memory=torch.device(device).type == "cuda",
                       collate_fn=collate_fn, generator=generator, **workers)

@@ -150,6 +150,10 @@ def _show(data: dict) -> None:
         print("kagglekit environment\n" + "\n".join(f"  {k:<12}  {v}" for k, v in shown.items()))
 
 
+class AcceleratorError(RuntimeError):
+    """The GPUs the run was pushed for cannot be used at all."""
+
+
 def check_accelerator(gpus: list, expected: str) -> dict:
     """Did Kaggle give the GPUs the push asked for? ``expected`` is "count:name" ("2:T4").
 
@@ -159,6 +163,12 @@ def check_accelerator(gpus: list, expected: str) -> dict:
     count, _, name = expected.partition(":")
     found = [g.name for g in gpus]
     ok = len(found) == int(count) and all(name in g for g in found)
+    if not found and int(count) and not os.environ.get("KAGGLEKIT_ALLOW_NO_GPU"):
+        raise AcceleratorError(
+            f"this session asked for {count} x {name} (the pushed machine shape) but no GPU can be "
+            "used: neither NVML, nvidia-smi nor the driver's /proc files show one. Check the "
+            "notebook's Accelerator setting (GPU T4 x2) and that the session got it; training on "
+            "the CPU would take many times the GPU's hours. (KAGGLEKIT_ALLOW_NO_GPU=1 runs anyway.)")
     if not ok:
         banner = "!" * 78
         print(f"{banner}\nkagglekit: this session asked for {count} x {name} but got "

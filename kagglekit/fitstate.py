@@ -53,6 +53,8 @@ class LoopState:
     split: int = 1  # each loader batch is cut into this many chunks (OOM back-off)
     oom_events: list = field(default_factory=list)
     history: list = field(default_factory=list)
+    precision: str = ""  # "fp32" once a non-finite fp16 loss made the run give fp16 up
+    precision_events: list = field(default_factory=list)
     # Not saved: set by hooks.
     stop_requested: bool = False
     save_requested: bool = False
@@ -68,7 +70,17 @@ class LoopState:
         return {"step": self.step, "epoch": self.epoch, "batches_done": self.batches_done,
                 "loss_sum": loss, "loss_steps": self.loss_steps, "history": self.history,
                 "split": self.split, "oom_events": self.oom_events,
-                "epoch_samples": self.epoch_samples}
+                "epoch_samples": self.epoch_samples, "precision": self.precision,
+                "precision_events": self.precision_events}
+
+    @classmethod
+    def from_dict(cls, loop: dict) -> "LoopState":
+        return cls(step=loop["step"], epoch=loop["epoch"], batches_done=loop["batches_done"],
+                   loss_sum=loop["loss_sum"], loss_steps=loop["loss_steps"],
+                   history=list(loop["history"]), split=loop.get("split", 1),
+                   oom_events=list(loop.get("oom_events", [])),
+                   epoch_samples=loop.get("epoch_samples", 0), precision=loop.get("precision", ""),
+                   precision_events=list(loop.get("precision_events", [])))
 
 
 TIMELINE_POINTS = 300  # GPU samples per GPU in summary(): enough to plot, small for JSON
@@ -99,6 +111,7 @@ class FitResult:
     world_size: int = 1
     samples_per_s: float = 0.0  # all ranks together, this session
     oom_events: list = field(default_factory=list)
+    precision_events: list = field(default_factory=list)  # fp16 given up after a NaN/inf loss
     breakdown: dict = field(default_factory=dict)  # StepTimer.summary()
     gpu: dict = field(default_factory=dict)  # GPUSampler.summary()
     gpu_samples: list = field(default_factory=list)
@@ -124,6 +137,7 @@ class FitResult:
                 "world_size": self.world_size, "samples_per_s": round(self.samples_per_s, 2),
                 "samples_per_s_per_gpu": round(self.samples_per_s / self.world_size, 2),
                 "oom_count": len(self.oom_events), "oom_events": self.oom_events,
+                "precision_events": self.precision_events,
                 "step_breakdown": self.breakdown, "gpu": self.gpu,
                 "gpu_timeline": _thin(self.gpu_samples, TIMELINE_POINTS),
                 "diagnosis": self.diagnosis() if self.breakdown.get("sampled_steps") else None}

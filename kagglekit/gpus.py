@@ -8,7 +8,10 @@ notebook fails with "Cannot re-initialize CUDA in forked subprocess". NVML
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass, asdict
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -46,15 +49,16 @@ def _visible(all_gpus: list[GPU], spec: str | None) -> list[GPU]:
     return [GPU(i, g.name, g.memory_gb, g.capability, g.uuid) for i, g in enumerate(chosen)]
 
 
-def _read_nvml() -> list[GPU]:
+def _read_nvml() -> list[GPU] | None:
+    """The GPUs NVML sees; None when NVML itself is missing or fails."""
     try:
         import pynvml
     except ImportError:
-        return []
+        return None
     try:
         pynvml.nvmlInit()
     except Exception:  # no driver, no GPU: NVMLError_LibraryNotFound and friends
-        return []
+        return None
     try:
         gpus = []
         for i in range(pynvml.nvmlDeviceGetCount()):
@@ -71,9 +75,51 @@ def _read_nvml() -> list[GPU]:
         pynvml.nvmlShutdown()
 
 
+# Compute capability by model, for the /proc fallback (which names the model only).
+CAPABILITY = {"T4": (7, 5), "P100": (6, 0), "V100": (7, 0), "A100": (8, 0), "A10": (8, 6),
+              "L4": (8, 9), "H100": (9, 0), "H200": (9, 0)}
+
+
+def _read_nvidia_smi() -> list[GPU]:
+    """The inventory from ``nvidia-smi`` (no CUDA context either), where NVML is missing."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-gpu=index,name,memory.total,compute_cap,uuid",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    gpus = []
+    for line in out.stdout.splitlines() if out.returncode == 0 else []:
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            major, minor = (int(x) for x in parts[3].split("."))
+            gpus.append(GPU(int(parts[0]), parts[1], round(float(parts[2]) / 1024, 1),
+                            (major, minor), parts[4]))
+        except (IndexError, ValueError):
+            continue
+    return gpus
+
+
+def _read_proc(root: Path = Path("/proc/driver/nvidia/gpus")) -> list[GPU]:
+    """The last resort: the driver's /proc files (model names; capability from the model)."""
+    gpus = []
+    for i, info in enumerate(sorted(root.glob("*/information")) if root.is_dir() else []):
+        fields = dict(line.split(":", 1) for line in info.read_text().splitlines() if ":" in line)
+        name = fields.get("Model", "").strip()
+        cap = next((c for model, c in CAPABILITY.items() if model in name.split()), None)
+        if cap is not None:
+            gpus.append(GPU(i, name, 0.0, cap, fields.get("GPU UUID", "").strip()))
+    return gpus
+
+
 def inventory() -> list[GPU]:
     """The GPUs this process may use, without initialising CUDA.
 
+    Read through NVML; where NVML is missing or fails, through ``nvidia-smi``, then the
+    driver's /proc files, so a GPU machine is never mistaken for a CPU one.
     ``KAGGLEKIT_FAKE_GPUS`` ("Tesla T4:7.5:15,Tesla T4:7.5:15") simulates an
     inventory so that the policy and launch code paths can be tested on CPU.
     """
@@ -85,7 +131,10 @@ def inventory() -> list[GPU]:
             major, minor = (int(p) for p in cap.split("."))
             gpus.append(GPU(i, name, float(mem), (major, minor), f"GPU-fake-{i}"))
         return gpus
-    return _visible(_read_nvml(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    found = _read_nvml()
+    if found is None:  # NVML missing or failing: ask the driver another way
+        found = _read_nvidia_smi() or _read_proc()
+    return _visible(found, os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def cuda_initialised() -> bool:

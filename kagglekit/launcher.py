@@ -30,7 +30,7 @@ from multiprocessing.connection import wait
 import torch
 import torch.distributed as dist
 
-from . import gpus as gpus_mod
+from . import guards, ranklog, gpus as gpus_mod
 
 STRATEGIES = ("auto", "ddp", "dp", "single")
 # T4 x2 on Kaggle: PCIe only, no NVLink; P2P over PCIe between the two T4s has been
@@ -105,7 +105,9 @@ def _worker(rank: int, world: int, port: int, backend: str, timeout_s: float, fn
     """Body of one forked rank: join the group, run ``fn``, send back the outcome."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the parent decides; no KeyboardInterrupt here
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides (it sends SIGTERM)
+    signal.signal(signal.SIGTERM, lambda *_: guards.request_stop())  # fit saves, then stops
+    ranklog.attach(rank)
     # A forked child inherits an OpenMP pool whose threads did not survive the fork;
     # resizing it makes a fresh one (without this, the first parallel op can hang).
     torch.set_num_threads(_threads_per_rank(world))
@@ -122,6 +124,7 @@ def _worker(rank: int, world: int, port: int, backend: str, timeout_s: float, fn
         body = pickle.dumps(result if rank == 0 else None, protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException:  # noqa: BLE001 - every failure must reach the parent
         status, body = "error", traceback.format_exc().encode()
+        sys.stderr.write(body.decode())  # into the rank's log file too
     try:
         conn.send_bytes(pickle.dumps((status, rank, body)))
     finally:
@@ -140,11 +143,15 @@ def _threads_per_rank(world: int) -> int:
     return max(1, (cpus or 1) // world)
 
 
-def _stop(procs) -> None:
+STOP_GRACE_S = 120.0  # how long interrupted ranks get to agree on a step and save
+
+
+def _stop(procs, grace_s: float = 5.0) -> None:
+    """SIGTERM every rank (fit saves and stops on it), SIGKILL what is left after ``grace_s``."""
     for p in procs:
         if p.is_alive():
             p.terminate()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + grace_s
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
         if p.is_alive():
@@ -162,9 +169,25 @@ def _receive(conn, rank: int, procs, outcomes: dict) -> bool:
         return False
     if status == "error":
         _stop(procs)
-        raise LaunchError(f"rank {rank} failed:\n{body.decode()}")
+        raise LaunchError(f"rank {rank} failed{ranklog.pointer(rank)}:\n{body.decode()}")
     outcomes[rank] = body
     return True
+
+
+HINTS = {signal.SIGKILL: "most likely the host's out-of-memory killer (a Kaggle session has about "
+                        "31 GB for all ranks): lower the batch, the loader workers or what each "
+                        "rank keeps in memory",
+         signal.SIGSEGV: "a crash in native code (a CUDA, NCCL or extension bug)",
+         signal.SIGTERM: "stopped from outside", signal.SIGBUS: "shared memory ran out (/dev/shm)"}
+
+
+def died(rank: int, exitcode: int | None) -> str:
+    """A rank's death in words: the signal by name, and what usually sends it."""
+    if exitcode is not None and exitcode < 0:
+        sig = signal.Signals(-exitcode)
+        hint = HINTS.get(sig, "killed by a signal")
+        return f"rank {rank} was killed by {sig.name} (signal {-exitcode}) before reporting: {hint}"
+    return f"rank {rank} exited with code {exitcode} before reporting (a crash in native code?)"
 
 
 def _supervise(procs, conns, timeout_s: float | None):
@@ -185,9 +208,8 @@ def _supervise(procs, conns, timeout_s: float | None):
             if procs[rank].sentinel in ready:  # exited without a report
                 procs[rank].join()
                 _stop(procs)
-                raise LaunchError(
-                    f"rank {rank} died with exit code {procs[rank].exitcode} before reporting "
-                    "(killed, out of host memory, or a crash in native code); all ranks stopped")
+                raise LaunchError(f"{died(rank, procs[rank].exitcode)}; all ranks were stopped"
+                                  f"{ranklog.pointer(rank)}")
     return pickle.loads(outcomes[0])
 
 
@@ -244,8 +266,11 @@ def _fork(fn, args, kwargs, procs: int, backend: str, timeout_s: float, join_tim
         conns.append(parent_end)
     try:
         return _supervise(workers, conns, join_timeout_s)
+    except KeyboardInterrupt:  # the Stop button: every rank saves at the same step, then stops
+        _stop(workers, grace_s=STOP_GRACE_S)
+        raise
     finally:
-        _stop(workers)  # also on KeyboardInterrupt in the notebook: no orphan ranks
+        _stop(workers)  # no orphan ranks, whatever happened
         for c in conns:
             c.close()
 
@@ -271,9 +296,3 @@ def scale_lr(lr: float, base_batch: int, batch: int, rule: str = "linear") -> fl
         raise ValueError(f"rule={rule!r} must be 'linear' or 'sqrt'")
     ratio = batch / base_batch
     return lr * (ratio if rule == "linear" else ratio ** 0.5)
-
-
-def scaling_efficiency(samples_per_s_single: float, samples_per_s_multi: float,
-                       world_size: int) -> float:
-    """Throughput on ``world_size`` GPUs over ``world_size`` x one GPU's (1.0 = perfect)."""
-    return samples_per_s_multi / (world_size * samples_per_s_single)

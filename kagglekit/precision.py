@@ -25,6 +25,7 @@ class PrecisionError(ValueError):
 class Precision:
     name: str  # "fp32", "fp16" or "bf16"
     device_type: str  # "cuda" or "cpu"
+    auto: bool = False  # chosen by "auto": fit may give fp16 up for fp32 after a NaN loss
 
     @property
     def dtype(self) -> torch.dtype | None:
@@ -73,5 +74,5 @@ def choose(requested: str = "auto", capability: tuple[int, int] | None = None,
             "torch.cuda.is_bf16_supported() says True only through slow emulation. "
             "Use precision='fp16' (or 'auto', which picks fp16 + GradScaler here).")
     if requested == "auto":
-        return Precision("bf16" if capability >= (8, 0) else "fp16", "cuda")
+        return Precision("bf16" if capability >= (8, 0) else "fp16", "cuda", auto=True)
     return Precision(requested, "cuda")

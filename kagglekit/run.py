@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import atomic, display, env, params
+from . import atomic, display, env, params, ranklog
 from .checkpoint import CheckpointManager
 
 
@@ -170,6 +170,7 @@ def start(namespace: dict, name: str, *, smoke: dict | None = None,
         config.update(smoke)
         namespace.update(smoke)
     output = env.working_dir(name)
+    os.environ[ranklog.LOG_DIR_ENV] = str(output / "logs")  # launched ranks write there
     report = env.report(config.get("precision", "auto"), output, verbose=verbose)
     seed = int(config.get("seed", 0))
     env.seed_everything(seed)

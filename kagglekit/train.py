@@ -7,6 +7,7 @@ or stop -> close the epoch (evaluate, schedule, early-stop, save) -> final save.
 from __future__ import annotations
 
 import math
+import sys
 import time
 import warnings
 from typing import Callable
@@ -14,7 +15,9 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from . import accel, cudagraph, data, monitor, precision as precision_mod, step as step_mod
+import io
+
+from . import accel, cudagraph, data, guards, monitor, precision as precision_mod, step as step_mod
 from .budget import Budget
 from .checkpoint import CheckpointManager, restore, snapshot
 from .fitstate import EarlyStopping, FitResult, LoopState  # noqa: F401 (re-exported)
@@ -102,6 +105,10 @@ def _epoch_batches(loader, limit_batches) -> int:
     return n if limit_batches is None else min(n, limit_batches)
 
 
+class _RolledBack(Exception):
+    """The loop state was replaced by an earlier one: restart the epoch where it now stands."""
+
+
 class _Run:
     """The objects of one fit call, so each phase is a short method."""
 
@@ -115,18 +122,34 @@ class _Run:
         self.save_s = 0.0  # duration of the last save
         self.last_save = time.monotonic()
         self.timer = monitor.StepTimer(self.device, self.profile_every)
+        self.guard = guards.NonFiniteGuard(self.device)
+        self.initial = None  # the starting state as bytes, where fp16 may have to roll back to it
+
+    def keep_initial_state(self) -> None:
+        """Under automatic fp16 a non-finite loss rolls back to the last good state; before
+        the first checkpoint that is the start (kept as bytes in host memory)."""
+        if self.policy.name == "fp16" and self.policy.auto:
+            buf = io.BytesIO()
+            torch.save(self.snapshot(), buf)
+            self.initial = buf.getvalue()
+
+    def snapshot(self) -> dict:
+        extra = {"loop": self.state.to_dict()}
+        if self.early_stopping is not None:
+            extra["early_stopping"] = self.early_stopping.state_dict()
+        return snapshot(self.model, self.optimizer, self.scheduler, self.scaler, **extra)
 
     # ---- checkpoints ---------------------------------------------------
     def save(self, final: bool = False) -> None:
         self.state.save_requested = False
         self.last_save = time.monotonic()
-        if self.checkpoints is None or self.rank != 0:
+        if self.checkpoints is None:
+            return
+        self.check_finite(agree=True)  # every rank: a NaN state never becomes a checkpoint
+        if self.rank != 0:
             return
         started = time.monotonic()
-        extra = {"loop": self.state.to_dict()}
-        if self.early_stopping is not None:
-            extra["early_stopping"] = self.early_stopping.state_dict()
-        state = snapshot(self.model, self.optimizer, self.scheduler, self.scaler, **extra)
+        state = self.snapshot()
         metrics = self.state.history[-1] if self.state.history else {}
         path = self.checkpoints.save(state, step=self.state.step, epoch=self.state.epoch,
                                      metrics=metrics, config=self.config, final=final)
@@ -148,21 +171,56 @@ class _Run:
             self.say_why_not_resumed()
             return False
         where, state = found
-        restore(state, self.model, self.optimizer, self.scheduler, self.scaler)
-        loop = state["loop"]
-        self.state = LoopState(step=loop["step"], epoch=loop["epoch"],
-                               batches_done=loop["batches_done"], loss_sum=loop["loss_sum"],
-                               loss_steps=loop["loss_steps"], history=list(loop["history"]),
-                               split=loop.get("split", 1), oom_events=list(loop.get("oom_events", [])),
-                               epoch_samples=loop.get("epoch_samples", 0))
-        if self.early_stopping is not None and "early_stopping" in state:
-            self.early_stopping.load_state_dict(state["early_stopping"])
+        self.load(state)
         self.resumed_from = str(where.path)
         self.last_checkpoint = str(where.path)
         if self.rank == 0:
             print(f"kagglekit: resumed from {where.path} (step {self.state.step}, "
                   f"epoch {self.state.epoch}, batch {self.state.batches_done})", flush=True)
         return bool(where.meta.get("final"))
+
+    def load(self, state: dict) -> None:
+        """Put ``state`` (a checkpoint's) into the live objects and the loop."""
+        if state["loop"].get("precision") == "fp32" and self.policy.name == "fp16":
+            self.fall_back_to_fp32()  # an earlier session gave up fp16 for this run
+        restore(state, self.model, self.optimizer, self.scheduler, self.scaler)
+        self.state = LoopState.from_dict(state["loop"])
+        if self.early_stopping is not None and "early_stopping" in state:
+            self.early_stopping.load_state_dict(state["early_stopping"])
+
+    # ---- non-finite losses -----------------------------------------------
+    def check_finite(self, agree: bool = False) -> None:
+        """Act on a NaN/inf loss seen since the last check (one host sync)."""
+        found = self.guard.found()
+        bad = _agree([found is not None], self.device)[0] if agree else found is not None
+        if not bad:
+            return
+        step, loss = found or (self.state.step, float("nan"))  # another rank saw it
+        if not (self.policy.name == "fp16" and self.policy.auto):
+            raise guards.NonFiniteLoss(guards.advice(step, loss, self.policy.name, self.last_checkpoint))
+        self.roll_back_to_fp32(step, loss)
+
+    def roll_back_to_fp32(self, step: int, loss: float) -> None:
+        """fp16 overflowed: continue from the last good state in fp32 (raises _RolledBack)."""
+        found = self.checkpoints.load_latest(map_location=self.device) if self.checkpoints else None
+        state = found[1] if found else torch.load(io.BytesIO(self.initial), map_location=self.device,
+                                                  weights_only=True)
+        self.fall_back_to_fp32()
+        events = self.state.precision_events
+        self.load(state)
+        good = self.state.step
+        self.state.precision = "fp32"
+        self.state.precision_events = events + [{"step": step, "loss": loss, "from": "fp16",
+                                                 "to": "fp32", "resumed_at_step": good}]
+        self.guard.reset()
+        if self.rank == 0:
+            print(f"kagglekit: the loss became {loss} at step {step} under fp16; continuing in fp32 "
+                  f"from the last good state (step {good})", file=sys.stderr, flush=True)
+        raise _RolledBack
+
+    def fall_back_to_fp32(self) -> None:
+        self.policy = precision_mod.Precision("fp32", self.device.type)
+        self.scaler = self.policy.make_scaler()
 
     def say_why_not_resumed(self) -> None:
         """One line naming what differs from the newest checkpoint of another run."""
@@ -191,14 +249,18 @@ class _Run:
             self.on_step_end(self.state)
         if self.max_steps is not None and self.state.step >= self.max_steps:
             return "max_steps"
+        if self.state.step % AGREE_EVERY == 0:
+            self.check_finite(agree=True)  # where DDP syncs anyway; one host sync per 16 steps
         every = AGREE_EVERY if _distributed() else 1
         if self.state.step % every:
             return None
         due = self.save_every_min is not None and \
             time.monotonic() - self.last_save >= self.save_every_min * 60
-        out_of_time, stop, save = _agree(
+        out_of_time, stop, save, interrupted = _agree(
             [self.should_stop_for_time(every), self.state.stop_requested,
-             due or self.state.save_requested], self.device)
+             due or self.state.save_requested, guards.stop_requested()], self.device)
+        if interrupted:
+            return "interrupted"
         if out_of_time:
             return "time_budget"
         if stop:
@@ -256,13 +318,13 @@ class _Run:
         self.model.train()
         batches = iter(self.loader)
         for _ in range(skip):  # a loader that cannot seek: fast-forward by reading
-            next(batches)
+            data.next_batch(batches, self.loader)
         while st.batches_done < per_epoch:
             group = min(self.accumulate, per_epoch - st.batches_done)
             timer = self.timer if self.timer.sampled(st.step) else None
             if timer:
                 timer.mark("start")
-            raw = [next(batches) for _ in range(group)]
+            raw = [data.next_batch(batches, self.loader) for _ in range(group)]
             if timer:
                 timer.mark("data_wait")
             micro = [data.to_device(b, self.device) for b in raw]
@@ -270,6 +332,7 @@ class _Run:
                 timer.mark("h2d")
             started = time.monotonic()
             loss = self.optimizer_step(micro, timer)
+            self.guard.observe(loss, st.step)
             seen = sum(step_mod.batch_size(b) for b in micro)
             if timer:
                 timer.record(st.step, seen)
@@ -408,6 +471,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
                on_step_end=on_step_end, on_epoch_end=on_epoch_end, oom_backoff=oom_backoff,
                min_batch=min_batch, profile_every=profile_every, config=config or {})
     finished = run.resume()
+    run.keep_initial_state()
     start_step = run.state.step
     loop_started = time.monotonic()
     sampler = monitor.GPUSampler()
@@ -415,14 +479,19 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
         sampler.start()
     try:
         graphs.install()
-        stopped = "already_complete" if finished else _loop(run, epochs, progress)
+        with guards.Interrupts():  # Stop button / SIGTERM: save after this step, then stop
+            stopped = "already_complete" if finished else _loop(run, epochs, progress)
     finally:
         sampler.stop()
         graphs.remove()
+    if stopped == "interrupted":
+        raise guards.Interrupted(f"stopped on request at step {run.state.step}; the run resumes "
+                                 f"from {run.last_checkpoint or 'its start'} when started again")
     world = dist.get_world_size() if _distributed() else 1
     rate = run.state.samples / max(time.monotonic() - loop_started, 1e-9)
     return FitResult(history=run.state.history, steps=run.state.step, epochs=run.state.epoch,
-                     stopped=stopped, seconds=time.monotonic() - started, precision=policy.name,
+                     stopped=stopped, seconds=time.monotonic() - started, precision=run.policy.name,
+                     precision_events=list(run.state.precision_events),
                      compile=run.compiled.status, cuda_graphs=graphs.status,
                      resumed_from=run.resumed_from,
                      checkpoint=run.last_checkpoint, steps_this_session=run.state.step - start_step,
@@ -440,22 +509,33 @@ def _loop(run: _Run, epochs: int, progress: bool) -> str:
     bar.update(run.state.step)
     stopped = None
     try:
-        while run.state.epoch < epochs and stopped is None:
-            epoch_started = time.monotonic()
-            stopped = run.train_epoch(per_epoch, bar)
-            if stopped == "time_budget":
-                break  # no time to evaluate; the next session closes this epoch
-            if run.state.batches_done >= per_epoch:
-                if run.close_epoch(epoch_started):
-                    stopped = "early_stopping"
-                if run.state.history:
-                    bar.set_postfix_str(_postfix(run.state.history[-1]))
-                if stopped is None and run.state.epoch < epochs:
-                    run.save()
+        while True:
+            try:
+                while run.state.epoch < epochs and stopped is None:
+                    stopped = _epoch(run, per_epoch, epochs, bar)
+                stopped = stopped or "completed"
+                run.save(final=stopped not in ("time_budget", "interrupted"))
+                return stopped
+            except _RolledBack:  # fp16 overflowed: the state went back; go on from there
+                stopped = None
     finally:
         bar.close()
-    stopped = stopped or "completed"
-    run.save(final=stopped != "time_budget")
+
+
+def _epoch(run: _Run, per_epoch: int, epochs: int, bar) -> str | None:
+    """Train (the rest of) one epoch, then close it; a stop reason or None."""
+    epoch_started = time.monotonic()
+    stopped = run.train_epoch(per_epoch, bar)
+    if stopped in ("time_budget", "interrupted"):
+        return stopped  # no time to evaluate; the next session closes this epoch
+    if run.state.batches_done >= per_epoch:
+        run.check_finite(agree=True)  # before the epoch's loss goes into the history
+        if run.close_epoch(epoch_started):
+            stopped = "early_stopping"
+        if run.state.history:
+            bar.set_postfix_str(_postfix(run.state.history[-1]))
+        if stopped is None and run.state.epoch < epochs:
+            run.save()
     return stopped
 
 

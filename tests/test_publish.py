@@ -166,6 +166,7 @@ def _sandbox(root: Path, inputs_from: Path | None = None) -> Path:
 def _run_in_sandbox(notebook: Path, root: Path, kernels: Path, monkeypatch, tmp: Path) -> dict:
     import papermill
     for name, value in {"KAGGLEKIT_ROOT": str(root), "KAGGLE_KERNEL_RUN_TYPE": "Batch",
+                        "KAGGLEKIT_ALLOW_NO_GPU": "1",  # a CPU sandbox of a T4 x2 kernel
                         "TMPDIR": str(tmp),  # the install cell's folder: ours to remove
                         "JUPYTER_PATH": str(kernels), "PIP_NO_INDEX": "1",
                         "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}.items():

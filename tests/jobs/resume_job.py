@@ -19,6 +19,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--sleep", type=float, default=0.0)
+    ap.add_argument("--save-every", default="0", help="minutes between saves; 'none': epoch ends only")
     args = ap.parse_args()
 
     kk.seed_everything(7)
@@ -39,7 +40,8 @@ def main() -> None:
         kk.supervised(torch.nn.functional.cross_entropy), epochs=args.epochs,
         val_loader=data.make_loader(val_set, 64, train=False, num_workers=0),
         scheduler=scheduler, accumulate=2, clip_grad_norm=1.0,
-        checkpoints=kk.CheckpointManager(args.ckpt, keep_last=3), save_every_min=0,
+        checkpoints=kk.CheckpointManager(args.ckpt, keep_last=3),
+        save_every_min=None if args.save_every == "none" else float(args.save_every),
         on_step_end=announce, progress=False, device="cpu")
     torch.save({"model": model.state_dict(), "history": result.history,
                 "resumed_from": result.resumed_from, "stopped": result.stopped}, args.out)
