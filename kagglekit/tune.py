@@ -13,19 +13,16 @@
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import multiprocessing as mp
 import os
 import shutil
 import statistics
-import threading
 import time
 import warnings
 from pathlib import Path
 from typing import Callable
 
-from . import env, progress
+from . import env, progress, studystore
 from .budget import Budget
 
 FINISHED = ("COMPLETE", "PRUNED")
@@ -58,16 +55,7 @@ def _storage(url: str, heartbeat_s: int, grace_s: int, max_retry: int):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return _rdb(url, heartbeat_s, grace_s, max_retry)
-
-
-def _rdb(url: str, heartbeat_s: int, grace_s: int, max_retry: int):
-    import optuna
-    return optuna.storages.RDBStorage(
-        url, heartbeat_interval=heartbeat_s, grace_period=grace_s,
-        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
-            max_retry=max_retry),
-        engine_kwargs={"connect_args": {"timeout": 60}})  # SQLite: wait for the other writers
+        return studystore.open_storage(url, heartbeat_s, grace_s, max_retry)
 
 
 def load_study(name: str, url: str, direction: str, *, sampler=None, pruner=None,
@@ -95,44 +83,15 @@ def trial_seconds(study) -> float | None:
     return statistics.median(durations) if durations else None
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
-def _heartbeat(storage, trial_id: int, every_s: float):
-    """Record the trial's heartbeat until the block ends (a dead process stops it)."""
-    stop = threading.Event()
-
-    def beat():
-        while not stop.wait(every_s):
-            storage.record_heartbeat(trial_id)
-
-    storage.record_heartbeat(trial_id)
-    thread = threading.Thread(target=beat, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-
-
-def _next_trial(study, lock: Path, n_trials: int, budget: Budget):
+def _next_trial(study, url: str, lock: Path, n_trials: int, budget: Budget, options: dict):
     """Under the lock: fail stale trials, then ask for a trial if one is still due.
 
     Returns (trial or None, reason to stop or None).
     """
     import optuna
-    with _locked(lock), warnings.catch_warnings():
+    with studystore.locked(study._storage, url, study.study_name, lock), warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)  # retries are queued as WAITING
+        studystore.fail_stale(study, options.get("grace_s", 30), options.get("max_retry", 3))
         c = counts(study)
         finished, running = sum(c.get(s, 0) for s in FINISHED), c.get("RUNNING", 0)
         if finished + running >= n_trials:
@@ -159,11 +118,11 @@ def _work(objective: Callable, name: str, url: str, direction: str, n_trials: in
         study.sampler = optuna.samplers.TPESampler(
             seed=seed + 7919 * worker + 104729 * len(study.trials))
     while True:
-        trial, reason = _next_trial(study, lock, n_trials, budget)
+        trial, reason = _next_trial(study, url, lock, n_trials, budget, options)
         if trial is None:
             return reason
         started = time.monotonic()
-        with _heartbeat(study._storage, trial._trial_id, options.get("heartbeat_s", 10) / 2), \
+        with studystore.heartbeat(study._storage, trial._trial_id, options.get("heartbeat_s", 10) / 2), \
                 progress.quiet():  # one line per trial, not a progress bar per fit
             try:
                 value = objective(trial)
@@ -218,7 +177,9 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
             instead of continuing, and counting, the trials of another data set.
         n_trials: total finished (complete or pruned) trials across all sessions.
         workers: processes (default: one per GPU, else 1). Each sees only its GPU.
-        storage: any Optuna storage URL instead of the SQLite file (e.g. PostgreSQL).
+        storage: where the study lives instead of the SQLite file: a SQLAlchemy URL
+            (PostgreSQL: one study for several kernels or machines), ``journal:<path>`` on a
+            shared folder, or ``env:NAME`` / ``secret:NAME`` holding the URL (see studystore).
         time_budget: seconds or a Budget (default: the Kaggle session limit on Kaggle).
         sampler / pruner: Optuna's (default: TPESampler seeded from ``seed`` per worker
             and session, and MedianPruner); ``seed=None`` leaves the default unseeded.
@@ -236,7 +197,7 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
         adopted = adopt_previous(db, name)
         if adopted is not None:
             print(f"kagglekit tune: continuing the study found in {adopted}")
-    url = storage or storage_url(db)
+    url = studystore.resolve(storage) if storage else storage_url(db)  # never printed
     options = {"sampler": sampler, "pruner": pruner, "heartbeat_s": heartbeat_s,
                "grace_s": grace_s, "max_retry": max_retry}
     study = load_study(name, url, direction, **options)  # creates the tables once
