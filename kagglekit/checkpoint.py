@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 import time
 import warnings
 from dataclasses import dataclass
@@ -263,6 +264,17 @@ class CheckpointManager:
         order = {p: i for i, p in enumerate([self.directory, *self.search])}
         return sorted(found, key=lambda f: (-f.step, order.get(f.path.parent, 99)))
 
+    def _carry_over(self, found: Found) -> None:
+        """Copy a checkpoint found in an attached input (the previous kernel version's
+        output) into this run's folder: the next version mounts *this* version's output,
+        and without it there every other version would train from scratch."""
+        if found.path.parent == self.directory or not _writer():
+            return
+        dest = self.directory / found.path.name
+        with atomic.atomic_path(dest) as tmp:
+            shutil.copyfile(found.path, tmp)
+        atomic.write_json(dest.with_suffix(".json"), found.meta)  # sidecar last, as in save
+
     def best(self) -> Found | None:
         return self._best(self.candidates())
 
@@ -282,11 +294,17 @@ class CheckpointManager:
             for path, err in skipped:
                 warnings.warn(f"checkpoint {path} is unusable ({err}); falling back to {found.path}",
                               CheckpointWarning, stacklevel=2)
+            self._carry_over(found)
             return found, state
         for path, err in skipped:
             warnings.warn(f"checkpoint {path} is unusable ({err}) and no older one exists; "
                           "starting from scratch", CheckpointWarning, stacklevel=2)
         return None
+
+
+def _writer() -> bool:
+    dist = torch.distributed
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
 def load(found: Found, map_location="cpu") -> dict:

@@ -261,6 +261,7 @@ def report(study, output_dir: Path | str, prefix: str = "tune") -> dict:
     atomic.write_bytes(output_dir / f"{prefix}_trials.csv", buf.getvalue().encode())
     completed = [t for t in trials if t.state.name == "COMPLETE"]
     summary = {"study": study.study_name, "trials": counts(study)}
+    _show_best(study, completed)
     if completed:
         summary.update(best_value=study.best_value, best_params=study.best_params,
                        best_trial=study.best_trial.number)
@@ -272,6 +273,14 @@ def report(study, output_dir: Path | str, prefix: str = "tune") -> dict:
         print(f"kagglekit tune: {len(completed)} completed trial(s): too few for Optuna's plots "
               f"(they need {MIN_TRIALS_FOR_PLOTS} to say anything)")
     return summary
+
+
+def _show_best(study, completed: list, top: int = 5) -> None:
+    """The best trials as a table in the notebook (the whole list is in the CSV)."""
+    from . import display
+    reverse = study.direction.name == "MAXIMIZE"
+    best = sorted(completed, key=lambda t: t.value, reverse=reverse)[:top]
+    display.show_table([{"trial": t.number, "value": t.value, **t.params} for t in best])
 
 
 def _plots(study, output_dir: Path, prefix: str) -> list[str]:

@@ -145,3 +145,22 @@ def test_gnn_notebook_on_citeseer_then_cora_in_one_folder_trains_each_afresh(tmp
         folders = [p for p in (out / "checkpoints" / name).iterdir() if list(p.glob("step-*.pt"))]
         assert len(folders) == 2, folders
     assert 0.0 <= cora["accuracy"] <= 1.0 and cora["search"]["trials"] == {"COMPLETE": 2}
+
+
+def test_every_kernel_version_leaves_the_checkpoint_the_next_one_needs(tmp_path, monkeypatch):
+    """v1 trains, v2 finds it finished in its input, v3 finds it in v2's output: no retraining
+    every other version (v2 used to write nothing, so v3 started over)."""
+    ds = datasets.tabular(256, features=16)
+    previous = None
+    for version in ("v1", "v2", "v3"):
+        root = tmp_path / version
+        (root / "working").mkdir(parents=True)
+        (root / "input").mkdir()
+        if previous is not None:  # Kaggle mounts the kernel's previous output, read-only
+            shutil.copytree(previous, root / "input" / "notebooks" / "me" / "kernel")
+        monkeypatch.setenv("KAGGLEKIT_ROOT", str(root))
+        result = _fit(CheckpointManager(root / "working" / "checkpoints" / "mlp"), ds)
+        assert result.stopped == ("completed" if version == "v1" else "already_complete"), version
+        assert list((root / "working" / "checkpoints" / "mlp").rglob("step-*.pt")), version
+        assert list((root / "working" / "checkpoints" / "mlp").rglob("step-*.json")), version
+        previous = root / "working"

@@ -121,3 +121,11 @@ def test_on_gpu_the_breakdown_carries_memory_per_phase_and_nvml_samples():
     memory = result.breakdown["memory_mb"]
     assert memory["allocated_after"]["compute"] > 0 and memory["peak"] >= memory["allocated_after"]["h2d"]
     assert result.gpu["available"] and result.gpu["samples"] > 0
+
+
+def test_the_cycle_loop_runs_at_any_width_not_only_the_default():
+    """gpu_utilization crashed with its Kaggle parameters (size 512): the CPU part of each
+    cycle was built at the default width 256."""
+    from kagglekit.tasks import utilisation
+    rows = utilisation.study(cycles=16, size=512, k=4, save_every=8, device=torch.device("cpu"))
+    assert {r["strategy"] for r in rows if "skipped" not in r} == {"sync", "batched", "process_pool"}

@@ -26,16 +26,27 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _nodes(ckpt: Path, out: Path, *extra: str) -> list[tuple[subprocess.Popen, Path]]:
+@pytest.fixture
+def rendezvous():
+    """The c10d rendezvous store, hosted apart from both nodes: an agent that hosts it and
+    finishes first would cut the other node's agent off while it still polls the store."""
+    port = _port()
+    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    yield port
+    del store
+
+
+def _nodes(port: int, ckpt: Path, out: Path, *extra: str) -> list[tuple[subprocess.Popen, Path]]:
     """Two torchrun "nodes" of one process each, meeting through a c10d rendezvous;
     each with the file its output goes to."""
-    port, nodes = _port(), []
+    nodes, run_id = [], f"kk-{out.stem}-{time.monotonic_ns()}"
     for i in range(2):
         log = out.with_name(f"{out.stem}-node{i}-{time.monotonic_ns()}.log")
         with open(log, "w") as sink:
             nodes.append((subprocess.Popen(
                 [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
-                 "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=kk",
+                 "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-conf=is_host=false",
+                 f"--rdzv-id={run_id}",
                  str(JOBS / "torchrun_job.py"), "--ckpt", str(ckpt), "--out", str(out), *extra],
                 stdout=sink, stderr=subprocess.STDOUT, start_new_session=True), log))
     return nodes
@@ -51,8 +62,9 @@ def _weights(path: Path) -> dict:
     return torch.load(path, weights_only=True)
 
 
-def test_two_torchrun_nodes_train_like_one_process_on_the_global_batch_and_resume_after_a_kill(tmp_path):
-    _finish(_nodes(tmp_path / "ckpt2", tmp_path / "two.pt"))
+def test_two_torchrun_nodes_train_like_one_process_on_the_global_batch_and_resume_after_a_kill(
+        tmp_path, rendezvous):
+    _finish(_nodes(rendezvous, tmp_path / "ckpt2", tmp_path / "two.pt"))
     single = subprocess.run([sys.executable, str(JOBS / "torchrun_job.py"), "--ckpt",
                              str(tmp_path / "ckpt1"), "--out", str(tmp_path / "one.pt"), "--batch", "32"],
                             capture_output=True, text=True, timeout=300)
@@ -62,7 +74,7 @@ def test_two_torchrun_nodes_train_like_one_process_on_the_global_batch_and_resum
     for k in one["model"]:
         torch.testing.assert_close(two["model"][k], one["model"][k], rtol=1e-5, atol=1e-6)
 
-    nodes = _nodes(tmp_path / "ckpt3", tmp_path / "killed.pt", "--sleep", "0.3")
+    nodes = _nodes(rendezvous, tmp_path / "ckpt3", tmp_path / "killed.pt", "--sleep", "0.3")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not any("step 5" in log.read_text() for _, log in nodes):
         time.sleep(0.05)
@@ -71,7 +83,7 @@ def test_two_torchrun_nodes_train_like_one_process_on_the_global_batch_and_resum
         node.wait()
     assert any("step 5" in log.read_text() for _, log in nodes)
     assert not (tmp_path / "killed.pt").exists()  # killed before the end
-    _finish(_nodes(tmp_path / "ckpt3", tmp_path / "killed.pt"))
+    _finish(_nodes(rendezvous, tmp_path / "ckpt3", tmp_path / "killed.pt"))
     resumed = _weights(tmp_path / "killed.pt")
     assert resumed["resumed_from"] and "/ckpt3/" in resumed["resumed_from"]
     for k in two["model"]:

@@ -13,6 +13,7 @@ eagerly and with ``fit(cuda_graphs="auto")``.
 """
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import tempfile
 import time
@@ -72,11 +73,12 @@ def _run(strategy: str, cycles: int, size: int, k: int, device, save: Savepoints
         graphed = cudagraph.GraphedFunction(step, (torch.zeros(1, size, device=device),))
         if graphed.graph is None:
             return {"skipped": graphed.status}
-    chunks = pool.imap(cpu_work, range(cycles), chunksize=8) if strategy == "process_pool" else None
+    work = functools.partial(cpu_work, size=size)  # the GPU step's width, not the default
+    chunks = pool.imap(work, range(cycles), chunksize=8) if strategy == "process_pool" else None
     while done < cycles:
         n = min(k if strategy == "batched" else 1, cycles - done)
         t0 = time.perf_counter()
-        feats = [next(chunks) if chunks else cpu_work(done + i) for i in range(n)]
+        feats = [next(chunks) if chunks else work(done + i) for i in range(n)]
         x = torch.from_numpy(np.stack(feats)).to(device)
         t1 = time.perf_counter()
         out = (graphed or step)(x)
