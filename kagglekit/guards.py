@@ -1,20 +1,19 @@
 """What stops a long run cleanly instead of silently: non-finite losses, interrupts.
 
-- ``NonFiniteGuard`` watches every step's loss for NaN or inf on the device itself
-  (a flag and the first bad step kept as tensors: no host sync per step). ``fit``
-  reads it where it syncs anyway: every ``AGREE_EVERY`` steps, before every save and
-  at the end of each epoch, so a NaN state never becomes a checkpoint.
+- ``NonFiniteGuard`` notices a NaN or inf loss from the epoch's running loss sum,
+  which the loop keeps on the device anyway (no work and no host sync per step);
+  ``fit`` reads it where it syncs anyway: every ``AGREE_EVERY`` steps, before every
+  save and at the end of each epoch, so a NaN state never becomes a checkpoint.
 - ``Interrupts``: Kaggle's Stop button (SIGINT in the kernel) or a SIGTERM asks the
   run to stop; ``fit`` finishes the step in progress, saves a resumable checkpoint
   (all ranks agreeing) and raises ``Interrupted``. A second Ctrl-C stops at once.
 """
 from __future__ import annotations
 
+import math
 import signal
 import sys
 import threading
-
-import torch
 
 
 class NonFiniteLoss(RuntimeError):
@@ -26,29 +25,28 @@ class Interrupted(KeyboardInterrupt):
 
 
 class NonFiniteGuard:
-    def __init__(self, device: torch.device):
-        self.bad_step = torch.full((), -1, dtype=torch.long, device=device)
-        self.bad_loss = torch.zeros((), dtype=torch.float32, device=device)
+    """Notices a NaN or inf loss without any work per step.
 
-    def observe(self, loss: torch.Tensor, step: int) -> None:
-        """Remember the first non-finite loss (device operations only)."""
-        first = ~torch.isfinite(loss.detach().float()) & (self.bad_step < 0)
-        self.bad_step.masked_fill_(first, step)
-        self.bad_loss = torch.where(first, loss.detach().float(), self.bad_loss)
+    The epoch's running loss sum, kept on the device by the loop anyway, turns NaN or
+    inf with the first bad step and stays so; reading it where the loop syncs says
+    whether a step since the last check went bad (and costs one host sync there).
+    """
 
-    def found(self) -> tuple[int, float] | None:
-        """(step, loss) of the first non-finite loss since the last reset; one host sync."""
-        step = int(self.bad_step)
-        return None if step < 0 else (step, float(self.bad_loss))
+    def __init__(self, step: int = 0):
+        self.checked_step = step
 
-    def reset(self) -> None:
-        self.bad_step.fill_(-1)
+    def found(self, loss_sum, step: int) -> tuple[int, int, float] | None:
+        """(first step that may be bad, step now, the loss sum) when a loss was not finite."""
+        value = float(loss_sum)
+        since, self.checked_step = self.checked_step, step
+        return None if math.isfinite(value) else (since + 1, step, value)
 
 
-def advice(step: int, loss: float, precision: str, checkpoint: str | None) -> str:
+def advice(steps: tuple[int, int], loss: float, precision: str, checkpoint: str | None) -> str:
     kept = f"the latest checkpoint ({checkpoint}) is the last good state" if checkpoint \
         else "no checkpoint was written"
-    return (f"the training loss became {loss} at step {step} ({precision}); training stopped and "
+    return (f"the training loss became {loss} between steps {steps[0]} and {steps[1]} "
+            f"({precision}); training stopped and "
             f"{kept}. Lower the learning rate or add warm-up, clip gradients (clip_grad_norm=1.0), "
             "and check the data for NaN or inf values (a NaN in one batch spreads to every weight).")
 

@@ -122,7 +122,7 @@ class _Run:
         self.save_s = 0.0  # duration of the last save
         self.last_save = time.monotonic()
         self.timer = monitor.StepTimer(self.device, self.profile_every)
-        self.guard = guards.NonFiniteGuard(self.device)
+        self.guard = guards.NonFiniteGuard()
         self.initial = None  # the starting state as bytes, where fp16 may have to roll back to it
 
     def keep_initial_state(self) -> None:
@@ -191,16 +191,17 @@ class _Run:
     # ---- non-finite losses -----------------------------------------------
     def check_finite(self, agree: bool = False) -> None:
         """Act on a NaN/inf loss seen since the last check (one host sync)."""
-        found = self.guard.found()
+        found = self.guard.found(self.state.loss_sum, self.state.step)
         bad = _agree([found is not None], self.device)[0] if agree else found is not None
         if not bad:
             return
-        step, loss = found or (self.state.step, float("nan"))  # another rank saw it
+        first, step, loss = found or (self.state.step, self.state.step, float("nan"))  # another rank's
         if not (self.policy.name == "fp16" and self.policy.auto):
-            raise guards.NonFiniteLoss(guards.advice(step, loss, self.policy.name, self.last_checkpoint))
-        self.roll_back_to_fp32(step, loss)
+            raise guards.NonFiniteLoss(guards.advice((first, step), loss, self.policy.name,
+                                                     self.last_checkpoint))
+        self.roll_back_to_fp32(first, step, loss)
 
-    def roll_back_to_fp32(self, step: int, loss: float) -> None:
+    def roll_back_to_fp32(self, first: int, step: int, loss: float) -> None:
         """fp16 overflowed: continue from the last good state in fp32 (raises _RolledBack)."""
         found = self.checkpoints.load_latest(map_location=self.device) if self.checkpoints else None
         state = found[1] if found else torch.load(io.BytesIO(self.initial), map_location=self.device,
@@ -210,12 +211,13 @@ class _Run:
         self.load(state)
         good = self.state.step
         self.state.precision = "fp32"
-        self.state.precision_events = events + [{"step": step, "loss": loss, "from": "fp16",
+        self.state.precision_events = events + [{"steps": [first, step], "loss": loss, "from": "fp16",
                                                  "to": "fp32", "resumed_at_step": good}]
-        self.guard.reset()
+        self.guard = guards.NonFiniteGuard(good)
         if self.rank == 0:
-            print(f"kagglekit: the loss became {loss} at step {step} under fp16; continuing in fp32 "
-                  f"from the last good state (step {good})", file=sys.stderr, flush=True)
+            print(f"kagglekit: the loss became {loss} between steps {first} and {step} under fp16; "
+                  f"continuing in fp32 from the last good state (step {good})", file=sys.stderr,
+                  flush=True)
         raise _RolledBack
 
     def fall_back_to_fp32(self) -> None:
@@ -332,7 +334,6 @@ class _Run:
                 timer.mark("h2d")
             started = time.monotonic()
             loss = self.optimizer_step(micro, timer)
-            self.guard.observe(loss, st.step)
             seen = sum(step_mod.batch_size(b) for b in micro)
             if timer:
                 timer.record(st.step, seen)
@@ -471,6 +472,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
                on_step_end=on_step_end, on_epoch_end=on_epoch_end, oom_backoff=oom_backoff,
                min_batch=min_batch, profile_every=profile_every, config=config or {})
     finished = run.resume()
+    run.guard = guards.NonFiniteGuard(run.state.step)
     run.keep_initial_state()
     start_step = run.state.step
     loop_started = time.monotonic()

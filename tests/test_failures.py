@@ -53,7 +53,8 @@ def test_a_nan_under_automatic_fp16_goes_on_in_fp32_from_the_last_good_checkpoin
                          Precision("fp16", "cpu", auto=True))
     assert result.stopped == "completed" and result.precision == "fp32"
     [event] = result.precision_events
-    assert event["from"] == "fp16" and event["to"] == "fp32" and event["step"] == 19
+    assert event["from"] == "fp16" and event["to"] == "fp32"
+    assert event["steps"][0] <= 19 + 1 <= event["steps"][1] <= 32  # the bad step (the 20th) is in
     assert event["resumed_at_step"] == 16  # the end of the first epoch: the last good save
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert result.steps == 48 and result.summary()["precision_events"] == [event]
@@ -67,8 +68,8 @@ def test_a_nan_under_automatic_fp16_goes_on_in_fp32_from_the_last_good_checkpoin
 
 def test_a_nan_under_fp32_stops_with_the_good_checkpoint_kept_and_named(tmp_path):
     ckpt = CheckpointManager(tmp_path, search=[])
-    with pytest.raises(guards.NonFiniteLoss, match=r"loss became nan at step 19 \(fp32\).*"
-                                                   r"step-00000016\.pt.*clip_grad_norm"):
+    with pytest.raises(guards.NonFiniteLoss, match=r"loss became nan between steps 17 and 32 "
+                                                   r"\(fp32\).*step-00000016\.pt.*clip_grad_norm"):
         _fit(ckpt, _nan_loss(at_call=20, only_half=False), "fp32")
     found, state = ckpt.load_latest()
     assert found.step == 16  # nothing after the NaN was saved
