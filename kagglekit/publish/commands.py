@@ -5,7 +5,6 @@ Each command takes the notebook names and parsed options, talks to Kaggle only t
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
