@@ -205,3 +205,22 @@ def test_without_any_gpu_a_run_pushed_for_two_t4s_stops_with_a_named_error(tmp_p
     monkeypatch.setenv("KAGGLEKIT_EXPECT_GPUS", "2:T4")
     with pytest.raises(kk.env.AcceleratorError, match="asked for 2 x T4.*no GPU can be used"):
         kk.start({"seed": 0}, "no-gpu", declared={"seed": 0}, verbose=False)
+
+
+@pytest.mark.slow
+def test_the_stop_button_under_ddp_makes_every_rank_save_at_one_step(tmp_path):
+    job = Path(__file__).parent / "jobs" / "ddp_stop_job.py"
+    proc = subprocess.Popen([sys.executable, str(job), str(tmp_path), "0.05"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.strip() == "step 20":  # mid-epoch (64 steps an epoch), saves only at epoch ends
+            proc.send_signal(signal.SIGINT)  # the notebook's parent process, as Jupyter does
+            break
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    saved = sorted(int(p.stem.split("-")[1]) for p in tmp_path.rglob("step-*.json"))
+    assert saved and saved[-1] % 16 == 0 and saved[-1] >= 32  # the ranks' next agreement step
+    again = subprocess.run([sys.executable, str(job), str(tmp_path), "0"], capture_output=True,
+                           text=True, timeout=180)
+    assert again.returncode == 0, again.stderr
+    assert f"'steps': 128, 'this_session': {128 - saved[-1]}" in again.stdout
