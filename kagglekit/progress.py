@@ -20,14 +20,15 @@ _quiet = contextvars.ContextVar("kagglekit_quiet", default=False)
 
 
 def _papermill_injected() -> bool:
-    """papermill adds a cell starting with "# Parameters": a batch run of a notebook."""
+    """papermill's injected parameters cell is in the history: a batch run of a notebook."""
     try:
         from IPython import get_ipython
     except ImportError:
         return False
     shell = get_ipython()
     history = shell.user_ns.get("In", []) if shell is not None else []
-    return any(str(cell).lstrip().startswith("# Parameters") for cell in history)
+    from .params import INJECTED_MARK
+    return any(str(cell).lstrip().startswith(INJECTED_MARK) for cell in history)
 
 
 def watched() -> bool:

@@ -80,9 +80,10 @@ def run_notebook(notebook: Path | str, params: dict | None = None, *,
     (with the failing cell's traceback, also in ``error.log``) when a cell fails.
     """
     notebook, params = Path(notebook), dict(params or {})
-    check_parameters(notebook, params)
-    history = output_dir is None
+    history = output_dir is None  # either way the parameters are checked before any kernel
     out = run_folder(notebook, params, output_root) if history else Path(output_dir)
+    if not history:
+        check_parameters(notebook, params)
     out.mkdir(parents=True, exist_ok=True)
     runfolders.write_status(out, "running", parameters=params, started=time.time(), error=None)
     try:
