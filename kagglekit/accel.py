@@ -16,7 +16,7 @@ class Compiled:
     """Runs a model compiled, and falls back to eager if compilation fails.
 
     torch.compile is lazy: errors surface at the first call, inside the training
-    step. ``call`` catches the first failure of the compiled model (in "auto"
+    step. ``run`` catches the first failure of the compiled model (in "auto"
     mode), prints one line with the reason, and from then on runs eagerly.
     """
 
@@ -33,12 +33,12 @@ class Compiled:
         self.proven = mode == "off"  # has the compiled model run a step yet?
         self.status = "eager" if mode == "off" else "compiled"
 
-    def run(self, step_fn):
-        """Run ``step_fn(model)``; on the first compiled failure retry it eagerly."""
+    def run(self, step_fn, *args):
+        """Run ``step_fn(model, *args)``; on the first compiled failure retry it eagerly."""
         if self.proven:
-            return step_fn(self.model)
+            return step_fn(self.model, *args)
         try:
-            out = step_fn(self.model)
+            out = step_fn(self.model, *args)
         except Exception as err:  # noqa: BLE001 - any backend failure means "use eager"
             if self.mode == "strict":
                 raise
@@ -48,7 +48,7 @@ class Compiled:
             self.model, self.status = self.eager, f"eager (compile failed: {reason[:200]})"
             for p in self.eager.parameters():
                 p.grad = None
-            out = step_fn(self.model)
+            out = step_fn(self.model, *args)
         self.proven = True
         return out
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from . import atomic, env, rng, space
+from . import atomic, env, ranks, rng, space
 from .cache import fingerprint
 from .identity import Identity
 
@@ -303,8 +303,7 @@ class CheckpointManager:
 
 
 def _writer() -> bool:
-    dist = torch.distributed
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    return ranks.is_main()
 
 
 def load(found: Found, map_location="cpu") -> dict:

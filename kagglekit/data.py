@@ -11,6 +11,8 @@ import os
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from . import ranks
+
 
 class ResumableSampler(DistributedSampler):
     """DistributedSampler that can skip the samples already consumed this epoch.
@@ -21,10 +23,7 @@ class ResumableSampler(DistributedSampler):
     def __init__(self, dataset: Dataset, *, shuffle: bool = True, seed: int = 0,
                  drop_last: bool = False, num_replicas: int | None = None, rank: int | None = None):
         if num_replicas is None or rank is None:
-            dist = torch.distributed
-            grouped = dist.is_available() and dist.is_initialized()
-            num_replicas = dist.get_world_size() if grouped else 1
-            rank = dist.get_rank() if grouped else 0
+            num_replicas, rank = ranks.world_size(), ranks.rank()
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle,
                          seed=seed, drop_last=drop_last)
         self.skip = 0
@@ -90,8 +89,7 @@ def make_loader(dataset: Dataset, batch_size: int, *, train: bool = True, seed: 
         processes: training processes on this machine (default: the world size).
         timeout_s: seconds a worker may take for one batch before it counts as stalled.
     """
-    dist = torch.distributed
-    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    world = ranks.world_size()
     if num_workers is None and os.environ.get("NUM_WORKERS", "").strip().isdigit():
         num_workers = int(os.environ["NUM_WORKERS"])  # the machine's owner knows best
     if num_workers is None:

@@ -71,12 +71,11 @@ def find_inputs(pattern: str, here: Where | None = None) -> list[Path]:
 
     Kaggle mounts inputs at ``input/<slug>`` (old) or ``input/datasets/<owner>/<slug>``,
     ``input/notebooks/<owner>/<slug>``... (since 2026): search, never hard-code.
+    The inputs are walked once per process (``inputs.InputIndex``), not per lookup.
     """
+    from . import inputs
     here = here or where()
-    found = []
-    for root in here.input_roots:
-        found += sorted(root.rglob(pattern))
-    return found
+    return inputs.index(here.input_roots).find(pattern)
 
 
 def seed_everything(seed: int) -> None:

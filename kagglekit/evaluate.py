@@ -4,11 +4,11 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from . import data
+from . import data, ranks
 
 
 def _all_sum(t: torch.Tensor) -> torch.Tensor:
-    if dist.is_available() and dist.is_initialized():
+    if ranks.distributed():
         dist.all_reduce(t)
     return t
 

@@ -1,12 +1,15 @@
-"""What a training run carries between steps: its state, early stopping, its result.
+"""What a training run carries between steps: its parts, state, early stopping, result.
 
-``LoopState`` is what goes into every checkpoint; ``FitResult`` is what ``fit``
-returns (``identity`` decides whether a checkpoint belongs to this run).
+``Parts`` are the live objects a loop trains (shared by the step and the
+checkpoints, which may switch precision under them); ``LoopState`` is what goes
+into every checkpoint; ``FitResult`` is what ``fit`` returns.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+import torch
 
 from . import monitor
 
@@ -81,6 +84,19 @@ class LoopState:
                    oom_events=list(loop.get("oom_events", [])),
                    epoch_samples=loop.get("epoch_samples", 0), precision=loop.get("precision", ""),
                    precision_events=list(loop.get("precision_events", [])))
+
+
+@dataclass
+class Parts:
+    """The live objects of one training run. ``precision`` and ``scaler`` may change
+    mid-run (automatic fp16 giving up for fp32); ``state`` is replaced on a roll-back."""
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    precision: object  # precision.Precision
+    scaler: torch.amp.GradScaler
+    device: torch.device
+    state: LoopState = field(default_factory=LoopState)
 
 
 TIMELINE_POINTS = 300  # GPU samples per GPU in summary(): enough to plot, small for JSON

@@ -152,7 +152,7 @@ def seed_loader(data, mask: torch.Tensor, fanouts: list[int], batch_size: int, *
     if backend == "pyg" or (backend == "auto" and pyg_loader_available()):
         from torch_geometric.loader import NeighborLoader
 
-        from .launcher import context
+        from .ranks import context
         ctx = context()
         return NeighborLoader(data, num_neighbors=fanouts, batch_size=batch_size, shuffle=train,
                               input_nodes=seeds[ctx.rank::ctx.world_size])
@@ -161,14 +161,3 @@ def seed_loader(data, mask: torch.Tensor, fanouts: list[int], batch_size: int, *
     return make_loader(seeds, batch_size, train=train, seed=seed, device=device, num_workers=0,
                        collate_fn=lambda ids: sampler(torch.stack(ids) if isinstance(ids, list)
                                                       else ids), drop_last=False)
-
-
-def edge_batches(edge_index: torch.Tensor, num_nodes: int, batch_size: int, seed: int = 0):
-    """Shuffled batches of (positive edges, as many random negative pairs) for
-    self-supervised link reconstruction: memory grows with the batch, not the graph."""
-    g = torch.Generator().manual_seed(seed)
-    order = torch.randperm(edge_index.shape[1], generator=g)
-    for i in range(0, len(order), batch_size):
-        pos = edge_index[:, order[i:i + batch_size]]
-        neg = torch.randint(0, num_nodes, pos.shape, generator=g)
-        yield pos, neg

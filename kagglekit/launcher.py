@@ -14,8 +14,8 @@ cannot be received, and a large result blocks its child until it is read.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime
+import functools
 import multiprocessing as mp
 import os
 import pickle
@@ -24,13 +24,12 @@ import socket
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from multiprocessing.connection import wait
 
 import torch
 import torch.distributed as dist
 
-from . import guards, ranklog, gpus as gpus_mod
+from . import guards, policy, ranklog, ranks, gpus as gpus_mod
 
 STRATEGIES = ("auto", "ddp", "dp", "single")
 # T4 x2 on Kaggle: PCIe only, no NVLink; P2P over PCIe between the two T4s has been
@@ -49,31 +48,10 @@ CUDA_INITIALISED = (
     "inside the launched function. kagglekit's own env report never initialises CUDA.")
 
 
-@dataclass(frozen=True)
-class Context:
-    """How the current process takes part in training."""
-    strategy: str = "single"  # "ddp", "dp" or "single"
-    rank: int = 0
-    local_rank: int = 0
-    world_size: int = 1
-    device: torch.device = torch.device("cpu")
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-
-_context = Context()
-
-
-def context() -> Context:
-    """The launch context of this process (rank, world size, device, strategy)."""
-    return _context
-
-
-def _set_context(ctx: Context) -> None:
-    global _context
-    _context = ctx
+# The context lives in ``ranks``; ``launcher.context()`` is kept as the public name.
+context = ranks.context
+Context = ranks.Context
+_set_context = ranks.set_context
 
 
 def _free_port() -> int:
@@ -100,38 +78,43 @@ def resolve_strategy(strategy: str, n_gpus: int, nprocs: int | None) -> tuple[st
     return strategy, 1
 
 
-def _worker(rank: int, world: int, port: int, backend: str, timeout_s: float, fn, args, kwargs,
-            conn) -> None:
-    """Body of one forked rank: join the group, run ``fn``, send back the outcome."""
+def _ddp_rank(rank: int, world: int, port: int, backend: str, timeout_s: float, fn, args,
+              kwargs):
+    """Body of one forked DDP rank: join the group, run ``fn``, leave the group."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides (it sends SIGTERM)
-    signal.signal(signal.SIGTERM, lambda *_: guards.request_stop())  # fit saves, then stops
     ranklog.attach(rank)
     # A forked child inherits an OpenMP pool whose threads did not survive the fork;
     # resizing it makes a fresh one (without this, the first parallel op can hang).
     torch.set_num_threads(_threads_per_rank(world))
-    status, body = "ok", None
+    device = torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        device = torch.device(f"cuda:{rank}")
+    dist.init_process_group(backend, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    ranks.set_context(ranks.Context("ddp", rank, rank, world, device))
+    result = fn(*args, **kwargs)
+    dist.destroy_process_group()
+    return result
+
+
+def _child(index: int, body, run_policy, conn) -> None:
+    """One forked process: install the run policy, run ``body(index)``, report the outcome
+    (index 0's return value, or any index's traceback) through ``conn``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides (it sends SIGTERM)
+    signal.signal(signal.SIGTERM, lambda *_: guards.request_stop())  # fit saves, then stops
+    policy.install(run_policy)
+    status, payload = "ok", None
     try:
-        device = torch.device("cpu")
-        if backend == "nccl":
-            torch.cuda.set_device(rank)
-            device = torch.device(f"cuda:{rank}")
-        dist.init_process_group(backend, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=timeout_s))
-        _set_context(Context("ddp", rank, rank, world, device))
-        result = fn(*args, **kwargs)
-        body = pickle.dumps(result if rank == 0 else None, protocol=pickle.HIGHEST_PROTOCOL)
+        result = body(index)
+        payload = pickle.dumps(result if index == 0 else None, protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException:  # noqa: BLE001 - every failure must reach the parent
-        status, body = "error", traceback.format_exc().encode()
-        sys.stderr.write(body.decode())  # into the rank's log file too
+        status, payload = "error", traceback.format_exc().encode()
+        sys.stderr.write(payload.decode())  # into the rank's log file too
     try:
-        conn.send_bytes(pickle.dumps((status, rank, body)))
+        conn.send_bytes(pickle.dumps((status, index, payload)))
     finally:
-        with contextlib.suppress(Exception):
-            if dist.is_initialized():
-                if status == "ok":
-                    dist.destroy_process_group()
         sys.stdout.flush()
         sys.stderr.flush()
         # Skip the parent's atexit handlers (inherited by fork: IPython's, papermill's).
@@ -159,7 +142,7 @@ def _stop(procs, grace_s: float = 5.0) -> None:
             p.join()
 
 
-def _receive(conn, rank: int, procs, outcomes: dict) -> bool:
+def _receive(conn, rank: int, procs, outcomes: dict, what: str = "rank") -> bool:
     """Read rank's report if one is waiting; raise on its error. True if read."""
     if not conn.poll():
         return False
@@ -169,7 +152,7 @@ def _receive(conn, rank: int, procs, outcomes: dict) -> bool:
         return False
     if status == "error":
         _stop(procs)
-        raise LaunchError(f"rank {rank} failed{ranklog.pointer(rank)}:\n{body.decode()}")
+        raise LaunchError(f"{what} {rank} failed{ranklog.pointer(rank)}:\n{body.decode()}")
     outcomes[rank] = body
     return True
 
@@ -181,16 +164,16 @@ HINTS = {signal.SIGKILL: "most likely the host's out-of-memory killer (a Kaggle 
          signal.SIGTERM: "stopped from outside", signal.SIGBUS: "shared memory ran out (/dev/shm)"}
 
 
-def died(rank: int, exitcode: int | None) -> str:
+def died(rank: int, exitcode: int | None, what: str = "rank") -> str:
     """A rank's death in words: the signal by name, and what usually sends it."""
     if exitcode is not None and exitcode < 0:
         sig = signal.Signals(-exitcode)
         hint = HINTS.get(sig, "killed by a signal")
-        return f"rank {rank} was killed by {sig.name} (signal {-exitcode}) before reporting: {hint}"
-    return f"rank {rank} exited with code {exitcode} before reporting (a crash in native code?)"
+        return f"{what} {rank} was killed by {sig.name} (signal {-exitcode}) before reporting: {hint}"
+    return f"{what} {rank} exited with code {exitcode} before reporting (a crash in native code?)"
 
 
-def _supervise(procs, conns, timeout_s: float | None):
+def _supervise(procs, conns, timeout_s: float | None, what: str = "rank"):
     """Collect every rank's outcome; on the first failure stop the others and raise."""
     outcomes: dict = {}
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -200,15 +183,15 @@ def _supervise(procs, conns, timeout_s: float | None):
         ready = wait([conns[r] for r in waiting] + [procs[r].sentinel for r in waiting], left)
         if not ready:
             _stop(procs)
-            raise LaunchError(f"ranks {waiting} did not finish within {timeout_s:.0f}s; "
-                              "all ranks were stopped")
+            raise LaunchError(f"{what}s {waiting} did not finish within {timeout_s:.0f}s; "
+                              f"all {what}s were stopped")
         for rank in waiting:
-            if _receive(conns[rank], rank, procs, outcomes):
+            if _receive(conns[rank], rank, procs, outcomes, what):
                 continue
             if procs[rank].sentinel in ready:  # exited without a report
                 procs[rank].join()
                 _stop(procs)
-                raise LaunchError(f"{died(rank, procs[rank].exitcode)}; all ranks were stopped"
+                raise LaunchError(f"{died(rank, procs[rank].exitcode, what)}; all {what}s were stopped"
                                   f"{ranklog.pointer(rank)}")
     return pickle.loads(outcomes[0])
 
@@ -253,24 +236,38 @@ def _fork(fn, args, kwargs, procs: int, backend: str, timeout_s: float, join_tim
     if backend == "nccl":
         for key, value in NCCL_ENV.items():
             os.environ.setdefault(key, value)
+    body = functools.partial(_run_rank, procs, _free_port(), backend, timeout_s, fn, args, kwargs)
+    return run_forked(body, procs, join_timeout_s=join_timeout_s)
+
+
+def _run_rank(world, port, backend, timeout_s, fn, args, kwargs, rank):
+    return _ddp_rank(rank, world, port, backend, timeout_s, fn, args, kwargs)
+
+
+def run_forked(body, count: int, *, join_timeout_s: float | None = None, what: str = "rank"):
+    """``body(i)`` in ``count`` forked processes, supervised; index 0's return value.
+
+    The first failure or death stops every other process and raises LaunchError with
+    its traceback or its signal; the Stop button lets them save first; no process is
+    ever left behind. Each process runs under this process's run policy.
+    """
     ctx = mp.get_context("fork")
-    port = _free_port()
     workers, conns = [], []
-    for rank in range(procs):
+    for index in range(count):
         parent_end, child_end = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_worker, name=f"kagglekit-rank{rank}", daemon=True,
-                           args=(rank, procs, port, backend, timeout_s, fn, args, kwargs, child_end))
+        proc = ctx.Process(target=_child, name=f"kagglekit-{what}{index}", daemon=True,
+                           args=(index, body, policy.current(), child_end))
         proc.start()
         child_end.close()
         workers.append(proc)
         conns.append(parent_end)
     try:
-        return _supervise(workers, conns, join_timeout_s)
+        return _supervise(workers, conns, join_timeout_s, what)
     except KeyboardInterrupt:  # the Stop button: every rank saves at the same step, then stops
         _stop(workers, grace_s=STOP_GRACE_S)
         raise
     finally:
-        _stop(workers)  # no orphan ranks, whatever happened
+        _stop(workers)  # no orphans, whatever happened
         for c in conns:
             c.close()
 

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from . import ranks
+
 _warned_half = False
 
 
@@ -37,10 +39,6 @@ def _labels(t) -> np.ndarray:
     return _numpy(t, np.int64)
 
 
-def _distributed() -> bool:
-    return dist.is_available() and dist.is_initialized()
-
-
 def gather(*tensors: torch.Tensor, index: torch.Tensor | None = None) -> tuple:
     """Rows of every rank, concatenated in rank order (on every rank), for scoring.
 
@@ -50,7 +48,7 @@ def gather(*tensors: torch.Tensor, index: torch.Tensor | None = None) -> tuple:
     """
     if index is not None:
         tensors = (*tensors, index)
-    if _distributed():
+    if ranks.distributed():
         tensors = tuple(_all_gather_rows(t) for t in tensors)
     if index is None:
         return tensors

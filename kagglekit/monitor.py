@@ -107,6 +107,19 @@ class GPUSampler:
                 "sampler_overhead_pct": round(100 * self.busy_s / wall, 3)}
 
 
+class NullTimer:
+    """The timer of an unsampled step: marks cost one no-op call, no branch in the loop."""
+
+    def mark(self, name: str) -> None:
+        pass
+
+    def record(self, step: int, samples: int) -> None:
+        pass
+
+
+NULL_TIMER = NullTimer()
+
+
 class StepTimer:
     """Phase timings of one step in ``every`` (the rest run untimed).
 
@@ -127,6 +140,10 @@ class StepTimer:
 
     def sampled(self, step: int) -> bool:
         return step % self.every == 0
+
+    def for_step(self, step: int):
+        """This timer on a sampled step, the null timer on the others."""
+        return self if step % self.every == 0 else NULL_TIMER
 
     def mark(self, name: str) -> None:
         """Note the end of phase ``name`` (or "start") on a sampled step."""

@@ -76,3 +76,17 @@ def choose(requested: str = "auto", capability: tuple[int, int] | None = None,
     if requested == "auto":
         return Precision("bf16" if capability >= (8, 0) else "fp16", "cuda", auto=True)
     return Precision(requested, "cuda")
+
+
+def resolve(requested, device: torch.device) -> Precision:
+    """``requested`` (a name or a Precision) for ``device``: the one place a fit decides.
+
+    (``env.report`` decides the same from NVML, without touching CUDA, to print it.)
+    """
+    if isinstance(requested, Precision):
+        return requested
+    device = torch.device(device)
+    if device.type != "cuda":
+        return choose(requested, None)
+    return choose(requested, torch.cuda.get_device_capability(device),
+                  torch.cuda.get_device_name(device))

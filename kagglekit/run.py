@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import atomic, display, env, params, ranklog
+from . import atomic, display, env, params, policy as policy_mod, ranklog
 from .checkpoint import CheckpointManager
 
 
@@ -31,6 +31,7 @@ class Run:
     started: float = field(default_factory=time.time)
     _cache: object = field(default=None, repr=False)
     previous: dict = field(default_factory=dict, repr=False)  # metrics.json of the last run here
+    policy: policy_mod.Policy | None = field(default=None, repr=False)  # what every fit follows
 
     @property
     def precision(self):
@@ -44,8 +45,7 @@ class Run:
     def cache(self):
         """This run's result cache (``force_retrain`` recomputes every entry)."""
         if self._cache is None:
-            from .cache import Cache
-            self._cache = Cache(self.output_dir / "cache", force=bool(self.config.get("force_retrain")))
+            self._cache = self.policy.cache()
         return self._cache
 
     def cached(self, name: str, config: dict, fn, *, data=None, code=None):
@@ -57,7 +57,7 @@ class Run:
 
     def checkpoints(self, name: str = "model", **kwargs) -> CheckpointManager:
         """A CheckpointManager for ``<output>/checkpoints/<name>`` (also searching inputs)."""
-        return CheckpointManager(self.output_dir / "checkpoints" / name, **kwargs)
+        return self.policy.checkpoints(name, **kwargs)
 
     def data_dir(self, required: list[str] = ()) -> Path | None:
         """The ``data_dir`` parameter as a Path, None when empty; missing files raise."""
@@ -174,8 +174,13 @@ def start(namespace: dict, name: str, *, smoke: dict | None = None,
     report = env.report(config.get("precision", "auto"), output, verbose=verbose)
     seed = int(config.get("seed", 0))
     env.seed_everything(seed)
-    run = Run(name=name, config=json.loads(json.dumps(config, default=str)), output_dir=output,
-              env=report, seed=seed, previous=_previous_metrics(output))
+    config = json.loads(json.dumps(config, default=str))
+    # Decided once, here; launch and tune carry it into every rank and worker.
+    run_policy = policy_mod.Policy.from_config(config, output, report.where.input_roots)
+    run_policy.inputs.by_name  # walk the inputs now, once, before any rank forks
+    policy_mod.install(run_policy)
+    run = Run(name=name, config=config, output_dir=output, env=report, seed=seed,
+              previous=_previous_metrics(output), policy=run_policy)
     run.data_dir()  # fail now, before any work, if the folder is missing
     expected = os.environ.get("KAGGLEKIT_EXPECT_GPUS")  # set by the pushed notebook
     if expected:

@@ -1,5 +1,7 @@
 """One optimizer step: micro-batches, gradient sync, clipping, scaler, OOM back-off.
 
+``Stepper`` is the step ``fit`` takes; the functions below are its parts.
+
 Two ways to sync gradients under DDP:
 - "ddp": DDP's hooks all-reduce during the last micro-batch's backward (overlapping
   communication with compute); the other micro-batches run inside ``no_sync``.
@@ -16,6 +18,8 @@ import gc
 import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+from . import ranks
 
 OOM_ERRORS = (torch.cuda.OutOfMemoryError,)
 
@@ -117,3 +121,63 @@ def free_after_oom(optimizer) -> None:
     gc.collect()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
+
+
+class Stepper:
+    """One optimizer step of ``parts`` over a group of micro-batches, backing off on OOM.
+
+    Runs the forward/backward through ``compiled`` (torch.compile with its eager
+    fallback) and ``graphs`` (CUDA-graph replay, when active). On CUDA out-of-memory
+    every rank agrees to cut each batch in two (same effective batch) and retries.
+    """
+
+    def __init__(self, parts, loss_fn, compiled, graphs, *, clip_grad_norm=None,
+                 oom_backoff: bool = True, min_batch: int = 1):
+        self.parts, self.loss_fn, self.compiled = parts, loss_fn, compiled
+        self.graphs = graphs  # active once fit installs it
+        self.clip_grad_norm, self.oom_backoff, self.min_batch = clip_grad_norm, oom_backoff, min_batch
+        # Manual gradient sync under DDP: no rank sits in a collective while another OOMs.
+        self.sync = "manual" if oom_backoff and ranks.distributed() else "ddp"
+
+    def __call__(self, micro: list, timer) -> torch.Tensor:
+        p = self.parts
+        while True:
+            try:
+                loss = self.compiled.run(self._backward, micro)
+                oom = False
+            except OOM_ERRORS:
+                if not self.oom_backoff:
+                    raise
+                oom = True
+            if self.sync == "manual":
+                oom = ranks.agree([oom], p.device)[0]
+            if not oom:
+                break
+            self.back_off(micro)
+        timer.mark("compute")
+        if self.sync == "manual":
+            all_reduce_gradients(p.model)
+        apply(p.model, p.optimizer, p.scaler, self.clip_grad_norm)
+        timer.mark("optimizer")
+        return loss
+
+    def _backward(self, model, micro: list) -> torch.Tensor:
+        p = self.parts
+        return backward(model, micro, self.loss_fn, p.precision, p.scaler, split=p.state.split,
+                        sync=self.sync, graphs=self.graphs if self.graphs.active else None)
+
+    def back_off(self, micro: list) -> None:
+        state = self.parts.state
+        free_after_oom(self.parts.optimizer)
+        per_gpu = batch_size(micro[0]) // state.split
+        if per_gpu // 2 < self.min_batch:
+            raise OutOfMemoryFloor(
+                f"CUDA out of memory even at a per-GPU batch of {per_gpu} (floor "
+                f"min_batch={self.min_batch}). Use a smaller model, precision='fp16'/'bf16', "
+                "accel.checkpoint_blocks(), or a shorter input.")
+        state.split *= 2
+        state.oom_events.append({"step": state.step, "per_gpu_batch": per_gpu // 2})
+        if ranks.is_main():
+            print(f"kagglekit: CUDA out of memory at step {state.step}; every rank now runs "
+                  f"per-GPU batches of {per_gpu // 2} (split x{state.split}, same "
+                  "effective batch)", flush=True)

@@ -13,7 +13,7 @@
 """
 from __future__ import annotations
 
-import multiprocessing as mp
+import functools
 import os
 import shutil
 import statistics
@@ -22,7 +22,8 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-from . import env, progress, studystore
+from . import env, policy, progress, ranks, studystore, workcap
+from .launcher import run_forked
 from .budget import Budget
 
 FINISHED = ("COMPLETE", "PRUNED")
@@ -145,20 +146,26 @@ def _say(trial, outcome: str, started: float) -> None:
           f"{time.monotonic() - started:.1f}s", flush=True)
 
 
-def _worker_main(index: int, gpus: int, threads: int, args: tuple) -> None:
+def _worker(gpus: int, threads: int, args: tuple, index: int) -> str:
+    """One search worker in its own process: its GPU, its threads, its trials."""
     if gpus:  # before anything touches CUDA in this fresh process
         os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
     import torch
     torch.set_num_threads(threads)
-    code = 1
+    return _on_device(gpus, _work, *args, worker=index)
+
+
+def _on_device(gpus: int, fn, *args, **kwargs):
+    """``fn`` with the launch context's device set to this worker's GPU (cuda:0 of what it
+    sees) when there are GPUs: a fit inside the objective trains there, not on the CPU."""
+    import torch
+    previous = ranks.context()
+    if gpus:
+        ranks.set_context(ranks.Context("single", 0, 0, 1, torch.device("cuda:0")))
     try:
-        _work(*args, worker=index)
-        code = 0
-    except BaseException:  # noqa: BLE001 - report, then exit non-zero for the parent
-        import traceback
-        traceback.print_exc()
+        return fn(*args, **kwargs)
     finally:
-        os._exit(code)  # skip the parent's atexit handlers inherited by fork
+        ranks.set_context(previous)
 
 
 def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path | str,
@@ -176,11 +183,14 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
             (``<name>-<fingerprint>``): a search on other data starts its own study
             instead of continuing, and counting, the trials of another data set.
         n_trials: total finished (complete or pruned) trials across all sessions.
-        workers: processes (default: one per GPU, else 1). Each sees only its GPU.
+        workers: processes (default: one per GPU, else 1). Each sees only its GPU, and
+            a fit in the objective trains there (the launch context's device). They run
+            under ``launch``'s supervisor: one failing stops the others.
         storage: where the study lives instead of the SQLite file: a SQLAlchemy URL
             (PostgreSQL: one study for several kernels or machines), ``journal:<path>`` on a
             shared folder, or ``env:NAME`` / ``secret:NAME`` holding the URL (see studystore).
-        time_budget: seconds or a Budget (default: the Kaggle session limit on Kaggle).
+        time_budget: seconds or a Budget (default: the run's, else the Kaggle session
+            limit on Kaggle). Under ``KAGGLEKIT_WORK_CAP`` at most ``workcap.TRIALS`` trials.
         sampler / pruner: Optuna's (default: TPESampler seeded from ``seed`` per worker
             and session, and MedianPruner); ``seed=None`` leaves the default unseeded.
     Returns the study (loaded in this process).
@@ -203,27 +213,19 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
     study = load_study(name, url, direction, **options)  # creates the tables once
     gpus = len(inventory())
     workers = workers or max(1, gpus)
-    args = (objective, name, url, direction, n_trials, directory / f".{name}.lock",
-            Budget.resolve(time_budget), options, seed)
+    run = policy.current()
+    budget = Budget.resolve(time_budget if time_budget is not None or run is None else run.budget())
+    args = (objective, name, url, direction, workcap.trials(n_trials),
+            directory / f".{name}.lock", budget, options, seed)
     if workers == 1:
-        reason = _work(*args)
+        reason = _on_device(gpus, _work, *args)
     else:
         if gpus and cuda_initialised():
             from .launcher import CUDA_INITIALISED
             raise RuntimeError(CUDA_INITIALISED)
-        ctx = mp.get_context("fork")
         threads = max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                           else os.cpu_count() or 1) // workers)
-        procs = [ctx.Process(target=_worker_main, args=(i, gpus, threads, args), daemon=True)
-                 for i in range(workers)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join()
-        failed = [i for i, p in enumerate(procs) if p.exitcode != 0]
-        if failed:
-            raise RuntimeError(f"tune workers {failed} failed (exit codes "
-                               f"{[procs[i].exitcode for i in failed]}); see their traceback above")
+        run_forked(functools.partial(_worker, gpus, threads, args), workers, what="tune worker")
         reason = "workers finished"
     study = load_study(name, url, direction, **options)
     print(f"kagglekit tune: {name}: {counts(study)} ({reason})")

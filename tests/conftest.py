@@ -25,6 +25,9 @@ def hermetic_env(monkeypatch, tmp_path):
         if name.startswith(("KAGGLE_", "KAGGLEKIT_")) or name.lower() in ("http_proxy", "https_proxy"):
             monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
+    from kagglekit import inputs, policy
+    inputs.forget()  # each test mounts its own inputs
+    policy.install(None)  # and starts its own run
     yield
 
 

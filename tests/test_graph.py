@@ -42,14 +42,6 @@ def test_the_builtin_graph_is_imbalanced_and_split(data):
     assert bool((masks == 1).all())
 
 
-def test_edge_batches_cover_every_edge_once_with_as_many_negatives(data):
-    seen = 0
-    for pos, neg in graph.edge_batches(data.edge_index, data.num_nodes, 1000):
-        assert pos.shape == neg.shape
-        seen += pos.shape[1]
-    assert seen == data.edge_index.shape[1]
-
-
 def test_a_planetoid_folder_is_read_offline_with_pygs_own_class(tmp_path):
     """Writes a tiny data set in the Planetoid raw format, then loads it through PyG."""
     import pickle
