@@ -9,12 +9,15 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {"accel", "atomic", "budget", "cache", "checkpoint", "cudagraph", "data", "datasets", "display", "env", "evaluate", "fitstate",
-               "gpus", "identity", "launcher", "memory", "metrics", "models", "params", "plots", "precision", "progress", "publish", "report",
-               "monitor", "graph", "rng", "run", "segment3d", "step", "tasks", "train", "tune"}
+_SUBMODULES = {"accel", "atomic", "budget", "cache", "checkpoint", "cudagraph", "data", "datasets", "display",
+               "durable", "env", "evaluate", "fitoptions", "fitstate", "gpus", "graph", "identity", "inputs",
+               "launcher", "memory", "metrics", "models", "monitor", "params", "plots", "policy", "precision",
+               "progress", "publish", "ranks", "report", "rng", "run", "segment3d", "step", "tasks", "train",
+               "tune", "workcap"}
 _EXPORTS = {
     "start": "run", "Run": "run",
     "fit": "train", "supervised": "train", "EarlyStopping": "fitstate", "FitResult": "fitstate",
+    "Speed": "fitoptions", "Durability": "fitoptions", "Watch": "fitoptions",
     "CheckpointManager": "checkpoint", "make_loader": "data", "Budget": "budget",
     "seed_everything": "env", "launch": "launcher", "headline": "display",
 }

@@ -1,6 +1,5 @@
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -113,21 +112,48 @@ def test_snapshot_restore_round_trip_includes_optimizer_and_rng():
     assert opt2.state_dict()["state"][0]["step"] == 1
 
 
+def _writing(folder: Path, before: set) -> list[Path]:
+    """Temporary checkpoint files being written now (not leftovers of earlier kills)."""
+    found = []
+    for p in folder.glob(".step-*.pt.*.tmp"):
+        try:
+            if p.name not in before and p.stat().st_size > 0:
+                found.append(p)
+        except FileNotFoundError:  # renamed into place meanwhile
+            pass
+    return found
+
+
+def _kill_mid_write(folder: Path, proc, before: set, timeout_s: float = 60.0) -> Path:
+    """SIGKILL ``proc`` while a checkpoint is being written (after at least one finished)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        torn = _writing(folder, before)
+        if torn and any(folder.glob("step-*.json")):
+            proc.send_signal(signal.SIGKILL)
+            return torn[0]
+        if proc.poll() is not None:
+            raise AssertionError(f"the save loop exited early (code {proc.returncode})")
+        time.sleep(0.002)
+    proc.kill()
+    raise AssertionError(f"no write in progress seen within {timeout_s:.0f}s")
+
+
 @pytest.mark.slow
 def test_sigkill_during_a_write_leaves_the_previous_checkpoint_loadable(tmp_path):
-    rng = random.Random(0)
-    for attempt in range(4):
+    mid_write = 0
+    for attempt in range(10):
+        before = {p.name for p in tmp_path.glob(".*.tmp")}
         proc = subprocess.Popen([sys.executable, str(JOBS / "save_loop.py"), str(tmp_path)],
-                                stdout=subprocess.PIPE, text=True)
-        lines = 0
-        while lines < 2:
-            if proc.stdout.readline().startswith("saved"):
-                lines += 1
-        time.sleep(rng.uniform(0.0, 0.15))  # writes dominate the loop: most kills land mid-write
-        proc.send_signal(signal.SIGKILL)
+                                stdout=subprocess.DEVNULL)
+        torn = _kill_mid_write(tmp_path, proc, before)
         proc.wait()
-        proc.stdout.close()
+        assert proc.returncode == -signal.SIGKILL
+        mid_write += torn.exists()  # else the write finished just before the kill landed
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a torn file must never even be tried
             found, state = CheckpointManager(tmp_path, search=[]).load_latest()
         assert torch.equal(state["model"]["w"], torch.full((4_000_000,), float(found.step)))
+        if mid_write == 3:
+            break
+    assert mid_write == 3, f"only {mid_write} of {attempt + 1} kills landed mid-write"

@@ -1,3 +1,4 @@
+import sys
 from pathlib import Path
 
 from kagglekit import env, gpus
@@ -36,8 +37,20 @@ def test_cuda_visible_devices_is_applied_like_cuda_does():
     assert [g.uuid for g in gpus._visible(all_gpus, "GPU-0")] == ["GPU-0aaaa"]
 
 
-def test_without_nvml_there_are_no_gpus():
-    assert gpus.inventory() == [] or all(g.capability for g in gpus.inventory())
+def test_without_nvml_the_driver_is_asked_another_way(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml fails, as without the package
+    monkeypatch.setenv("PATH", str(tmp_path))  # and no nvidia-smi
+    proc = tmp_path / "gpus"
+    read_proc = gpus._read_proc
+    monkeypatch.setattr(gpus, "_read_proc", lambda: read_proc(proc))  # the driver's files here
+    assert gpus.inventory() == []  # no NVML, no nvidia-smi, no driver files: a CPU machine
+    for i in range(2):
+        (proc / f"0000:0{i}:00.0").mkdir(parents=True)
+        (proc / f"0000:0{i}:00.0" / "information").write_text(
+            f"Model: \t\t Tesla T4\nGPU UUID: \t GPU-{i}\nBus Type: \t PCIe\n")
+    found = gpus.inventory()  # a GPU machine is never mistaken for a CPU one
+    assert [(g.name, g.capability, g.uuid) for g in found] == [("Tesla T4", (7, 5), "GPU-0"),
+                                                             ("Tesla T4", (7, 5), "GPU-1")]
 
 
 def test_seeding_repeats_every_generator():

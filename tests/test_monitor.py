@@ -1,4 +1,5 @@
 import json
+import sys
 import time
 
 import pytest
@@ -9,14 +10,38 @@ import kagglekit as kk
 from kagglekit import data, datasets, models, monitor
 
 
-def test_without_nvml_or_gpu_the_sampler_reports_plainly():
-    with monitor.GPUSampler(interval_s=0.05) as sampler:
-        time.sleep(0.15)
+def _fake_nvml(util_by_gpu: list[int]):
+    """A stand-in pynvml module: ``len(util_by_gpu)`` GPUs at fixed utilisations."""
+    import types
+    from types import SimpleNamespace as NS
+    fake = types.ModuleType("pynvml")
+    fake.nvmlInit = fake.nvmlShutdown = lambda: None
+    fake.nvmlDeviceGetCount = lambda: len(util_by_gpu)
+    fake.nvmlDeviceGetHandleByIndex = lambda i: i
+    fake.nvmlDeviceGetUtilizationRates = lambda h: NS(gpu=util_by_gpu[h])
+    fake.nvmlDeviceGetMemoryInfo = lambda h: NS(used=(h + 1) * 2**30, total=16 * 2**30)
+    fake.nvmlDeviceGetPowerUsage = lambda h: 70_000
+    fake.nvmlDeviceGetTemperature = lambda h, sensor: 60
+    return fake
+
+
+def test_the_sampler_reads_every_gpu_and_summarises_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml([30, 90]))
+    with monitor.GPUSampler(interval_s=0.02) as sampler:
+        time.sleep(0.2)
     summary = sampler.summary()
-    if summary["available"]:  # a machine with a GPU: the real thing
-        assert summary["samples"] > 0
-    else:
-        assert summary["reason"].startswith("no GPU monitoring")
+    assert summary["available"] and summary["samples"] >= 4
+    assert summary["gpus"][0]["util_mean"] == 30 and summary["gpus"][1]["util_mean"] == 90
+    assert summary["gpus"][1]["mem_peak_mb"] == 2048 and summary["util_mean"] == 60
+
+
+def test_without_nvml_the_sampler_reports_plainly(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    with monitor.GPUSampler(interval_s=0.02) as sampler:
+        time.sleep(0.05)
+    summary = sampler.summary()
+    assert not summary["available"]
+    assert summary["reason"] == "no GPU monitoring: NVML unavailable (ModuleNotFoundError)"
 
 
 class SlowData(torch.utils.data.Dataset):
