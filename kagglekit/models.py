@@ -24,48 +24,6 @@ class MLP(nn.Module):
         return self.head(self.body(x))
 
 
-class LSTMClassifier(nn.Module):
-    """LSTM over time; the last hidden state classifies the sequence."""
-
-    def __init__(self, features: int, hidden: int, classes: int, layers: int = 2):
-        super().__init__()
-        self.lstm = nn.LSTM(features, hidden, num_layers=layers, batch_first=True)
-        self.head = nn.Linear(hidden, classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out, _ = self.lstm(x)
-        return self.head(out[:, -1])
-
-
-class TransformerClassifier(nn.Module):
-    """Transformer encoder with learned positions; mean-pooled over time."""
-
-    def __init__(self, features: int, hidden: int, classes: int, layers: int = 2,
-                 heads: int = 4, length: int = 512):
-        super().__init__()
-        self.embed = nn.Linear(features, hidden)
-        self.position = nn.Parameter(torch.zeros(1, length, hidden))
-        layer = nn.TransformerEncoderLayer(hidden, heads, 2 * hidden, dropout=0.1,
-                                           batch_first=True, norm_first=True)
-        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-        self.head = nn.Linear(hidden, classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.embed(x) + self.position[:, : x.shape[1]]
-        return self.head(self.encoder(h).mean(dim=1))
-
-
-class SequenceMLP(nn.Module):
-    """MLP on the flattened sequence: the no-inductive-bias baseline."""
-
-    def __init__(self, features: int, hidden: int, classes: int, length: int):
-        super().__init__()
-        self.mlp = MLP(features * length, hidden, classes, depth=2, dropout=0.1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.mlp(x.flatten(1))
-
-
 def _conv_block(cin: int, cout: int) -> nn.Sequential:
     groups = min(8, cout)
     return nn.Sequential(

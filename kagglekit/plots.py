@@ -49,3 +49,52 @@ def bar_table(rows: list[dict], label: str, values: list[str], title: str = ""):
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def gpu_timeline(gpu_samples: list[dict]):
+    """Utilisation and memory over time, one line per GPU."""
+    plt = _pyplot()
+    fig, (ax_u, ax_m) = plt.subplots(1, 2, figsize=(10, 3.4))
+    for g in sorted({s["gpu"] for s in gpu_samples}):
+        rows = [s for s in gpu_samples if s["gpu"] == g]
+        ax_u.plot([r["t"] for r in rows], [r["util"] for r in rows], label=f"GPU {g}")
+        ax_m.plot([r["t"] for r in rows], [r["mem_used_mb"] for r in rows], label=f"GPU {g}")
+    ax_u.set(xlabel="s", ylabel="%", title="utilisation", ylim=(0, 100))
+    ax_m.set(xlabel="s", ylabel="MB", title="memory used")
+    for ax in (ax_u, ax_m):
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def step_breakdown(rows: dict[str, dict]):
+    """Stacked median step time per phase, one bar per run (``{label: breakdown}``)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(rows)), 3.6))
+    bottom = [0.0] * len(rows)
+    labels = list(rows)
+    from .monitor import PHASES
+    for phase in PHASES:
+        values = [1000 * rows[k].get("median_s", {}).get(phase, 0) for k in labels]
+        ax.bar(labels, values, bottom=bottom, label=phase)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set(ylabel="ms per step (median)", title="where a step's time goes")
+    ax.legend()
+    ax.tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    return fig
+
+
+def memory_curves(curves: dict[str, list[float]], ylabel: str = "MB"):
+    """Memory per cycle, one line per run (``{label: [MB per cycle]}``)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    for label, curve in curves.items():
+        ax.plot(curve, label=label)
+    ax.set(xlabel="cycle", ylabel=ylabel, title="memory with and without savepoints")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -84,11 +84,11 @@ class Run:
 
         ``<label>_step_time.png``: where a step's time goes (sampled phases; pass
         ``step_plot=False`` to draw several fits side by side with
-        ``monitor.breakdown_figure`` instead); ``<label>_gpu.png``: utilisation and
+        ``plots.step_breakdown`` instead); ``<label>_gpu.png``: utilisation and
         memory per GPU over time (on GPU). ``result``: a FitResult, or its
         ``summary()`` (what launched ranks send back).
         """
-        from . import monitor
+        from . import plots
         summary = dict(result.summary() if hasattr(result, "summary") else result)
         timeline = summary.pop("gpu_timeline", None) or []
         earlier = self.previous.get(label)
@@ -99,10 +99,10 @@ class Run:
                        "steps_this_session": 0, "resumed_from": summary.get("resumed_from")}
         self.log(**{label: summary})
         if step_plot and summary.get("step_breakdown", {}).get("sampled_steps"):
-            self.savefig(monitor.breakdown_figure({label: summary["step_breakdown"]}),
+            self.savefig(plots.step_breakdown({label: summary["step_breakdown"]}),
                          f"{label}_step_time")
         if timeline:
-            self.savefig(monitor.timeline_figure(timeline), f"{label}_gpu")
+            self.savefig(plots.gpu_timeline(timeline), f"{label}_gpu")
 
     def save_metrics(self) -> Path:
         path = self.output_dir / "metrics.json"
