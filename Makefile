@@ -34,15 +34,15 @@ $(STAMP): requirements.txt pyproject.toml setup/ipython_kernel_config.py
 
 ## run: execute the notebooks locally into runs/<NB>/<config>/ (NB=name, P="epochs=3 seed=1", KAGGLE=1: Kaggle's parameters)
 run: $(STAMP)
-	$(PY) -m kagglekit.cli run $(NB) $(if $(KAGGLE),--kaggle) $(foreach p,$(P),-p $(p))
+	$(PY) -m kagglekit.tools.cli run $(NB) $(if $(KAGGLE),--kaggle) $(foreach p,$(P),-p $(p))
 
 ## runs: every local run (one folder per configuration) with its status and headline results
 runs: $(STAMP)
-	$(PY) -m kagglekit.cli runs
+	$(PY) -m kagglekit.tools.cli runs
 
 ## view: the executed notebook as a person sees it: runs/<NB>/latest/<NB>.html (+ .png with Chromium)
 view: $(STAMP)
-	$(PY) -m kagglekit.cli view $(NB)
+	$(PY) -m kagglekit.tools.cli view $(NB)
 
 ## test: the whole suite on CPU (GPU tests are skipped without a GPU)
 test: $(STAMP)
@@ -50,26 +50,26 @@ test: $(STAMP)
 
 ## build / push / status / logs / output / pull / compare: the Kaggle round trip (NB=name; push of every notebook needs ALL=1)
 build compare logs: $(STAMP)
-	$(PY) -m kagglekit.cli $@ $(NB)
+	$(PY) -m kagglekit.tools.cli $@ $(NB)
 
 push: $(STAMP)
-	$(PY) -m kagglekit.cli push $(NB) $(if $(ALL),--all)
+	$(PY) -m kagglekit.tools.cli push $(NB) $(if $(ALL),--all)
 
 ## status: the Kaggle run's state (WAIT=1 polls until it ends; the log's tail on ERROR)
 status: $(STAMP)
-	$(PY) -m kagglekit.cli status $(NB) $(if $(WAIT),--wait)
+	$(PY) -m kagglekit.tools.cli status $(NB) $(if $(WAIT),--wait)
 
 ## output: download a finished Kaggle run into runs/kaggle/<slug>/v<N>/ (FORCE=1 while it runs)
 output: $(STAMP)
-	$(PY) -m kagglekit.cli output $(NB) $(if $(FORCE),--force)
+	$(PY) -m kagglekit.tools.cli output $(NB) $(if $(FORCE),--force)
 
 ## pull: a notebook edited on Kaggle back into notebooks/ (refuses over uncommitted edits; FORCE=1)
 pull: $(STAMP)
-	$(PY) -m kagglekit.cli pull $(NB) $(if $(FORCE),--force)
+	$(PY) -m kagglekit.tools.cli pull $(NB) $(if $(FORCE),--force)
 
 ## quota: GPU hours used and left this week
 quota: $(STAMP)
-	$(PY) -m kagglekit.cli quota
+	$(PY) -m kagglekit.tools.cli quota
 
 ## soak: kill one training run at 20 random points (mid-step, mid-save, its loader worker), resume each time
 soak: $(STAMP)

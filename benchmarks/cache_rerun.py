@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kagglekit.runner import parse_overrides, run_notebook
+from kagglekit.tools.notebook_runner import parse_overrides, run_notebook
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "timeseries_forecast.ipynb"
 

@@ -17,13 +17,15 @@ import argparse
 import shutil
 import statistics
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
+import numpy as np
 import torch
 
 import kagglekit as kk
 from kagglekit import data, datasets, models, monitor, segment3d
-from kagglekit.tasks import utilisation
 
 
 def _fit_rate(model_fn, loader, loss, steps: int, **kw) -> float:
@@ -59,14 +61,44 @@ def amp_vs_fp32(steps: int, repeats: int) -> None:
         print(f"  UNet3D {p:4s}: {rates[p]:8.1f} samples/s   ratio vs fp32 {rates[p] / rates['fp32']:.2f}")
 
 
+def _cycle_steps(size: int, device):
+    """A launch-bound cycle: a few ms of numpy, then six small matmuls on the GPU."""
+    layers = [torch.randn(size, size, device=device) / size ** 0.5 for _ in range(6)]
+
+    def cpu_step(cycle: int) -> np.ndarray:
+        x = np.random.default_rng(cycle).standard_normal((32, size)).astype(np.float32)
+        for _ in range(20):
+            x = np.tanh(x * 1.01 + 0.01 * np.roll(x, 1, axis=1))
+        return x
+
+    def gpu_step(x):
+        for w in layers:
+            x = torch.relu(x @ w)
+        return x
+    return cpu_step, gpu_step
+
+
+def _fit_steps_per_s(steps: int, size: int, mode: str) -> dict:
+    torch.manual_seed(0)
+    model = models.MLP(size, size, 4, depth=8)
+    loader = data.make_loader(datasets.tabular(64 * steps, features=size), 64, num_workers=0)
+    result = kk.fit(model, torch.optim.AdamW(model.parameters(), 1e-3), loader,
+                    kk.supervised(torch.nn.functional.cross_entropy), max_steps=steps,
+                    precision="fp32", cuda_graphs=mode, device="cuda", progress=False)
+    return {"steps_per_s": result.samples_per_s / 64, "status": result.cuda_graphs,
+            "verdict": result.diagnosis()["verdict"]}
+
+
 def cuda_graphs(cycles: int, steps: int) -> None:
     device = torch.device("cuda")
-    rows = {r["strategy"]: r for r in utilisation.study(cycles, 256, 8, 0, device)}
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = {r["strategy"]: r for r in kk.cycles.study(*_cycle_steps(256, device), cycles, device,
+                                                          batch_cycles=8, save_every=0, folder=Path(tmp))}
     sync = rows["sync"]["cycles_per_s"]
     for name, r in rows.items():
         print(f"  cycle loop {name:12s}: {r['cycles_per_s']:8.1f} cycles/s  util "
               f"{r['gpu_util_pct']}%   ratio vs sync {r['cycles_per_s'] / sync:.2f}")
-    eager, graphed = utilisation.fit_replay(steps, 256, device, "fp32")
+    eager, graphed = _fit_steps_per_s(steps, 256, "off"), _fit_steps_per_s(steps, 256, "auto")
     print(f"  fit eager      : {eager['steps_per_s']:8.1f} steps/s ({eager['verdict']})")
     print(f"  fit cuda graphs: {graphed['steps_per_s']:8.1f} steps/s   ratio "
           f"{graphed['steps_per_s'] / eager['steps_per_s']:.2f}   [{graphed['status']}]")

@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 _SUBMODULES = {"accel", "atomic", "budget", "cache", "checkpoint", "cudagraph", "cycles", "data", "datasets", "display",
                "durable", "env", "evaluate", "fitoptions", "fitstate", "gpus", "graph", "identity", "inputs",
                "launcher", "memory", "metrics", "models", "monitor", "params", "plots", "policy", "precision",
-               "progress", "publish", "ranks", "report", "rng", "run", "segment3d", "step", "tasks", "train",
+               "progress", "ranks", "rng", "run", "segment3d", "step", "tasks", "train",
                "tune", "workcap"}
 _EXPORTS = {
     "start": "run", "Run": "run",

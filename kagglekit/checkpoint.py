@@ -37,15 +37,7 @@ class CheckpointWarning(UserWarning):
     """A checkpoint was skipped (corrupt or unreadable) in favour of an older one."""
 
 
-def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The bare module under DDP / DataParallel / torch.compile wrappers."""
-    while True:
-        if hasattr(model, "_orig_mod"):
-            model = model._orig_mod
-        elif isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
-            model = model.module
-        else:
-            return model
+unwrap = ranks.unwrap  # the bare module under DDP / DataParallel / compile wrappers
 
 
 def snapshot(model, optimizer=None, scheduler=None, scaler=None, **extra) -> dict:

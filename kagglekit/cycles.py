@@ -76,6 +76,8 @@ def run(strategy: str, cpu_step, gpu_step, cycles: int, device: torch.device, *,
             return {"strategy": strategy, "skipped": graphed.status}
     save = Savepoints(save_every, folder, device)
     started = time.perf_counter()
+    global _POOL_STEP
+    _POOL_STEP = cpu_step  # read by the forked workers: any callable works, a closure or lambda too
     pool_ctx = mp.get_context("fork").Pool(2) if strategy == "process_pool" else contextlib.nullcontext()
     with monitor.GPUSampler(interval_s=0.1) as sampler, pool_ctx as pool:
         t_cpu, t_gpu = _cycles(strategy, cpu_step, graphed or gpu_step, cycles, device,
@@ -94,7 +96,7 @@ def run(strategy: str, cpu_step, gpu_step, cycles: int, device: torch.device, *,
 def _cycles(strategy, cpu_step, gpu_step, cycles, device, k, save: Savepoints, pool):
     """The loop itself; seconds spent on the CPU part and on the GPU part."""
     t_cpu = t_gpu = 0.0
-    results = pool.imap(cpu_step, range(cycles), chunksize=8) if pool else None
+    results = pool.imap(_pool_step, range(cycles), chunksize=8) if pool else None
     done = 0
     while done < cycles:
         n = min(k if strategy == "batched" else 1, cycles - done)
@@ -112,6 +114,13 @@ def _cycles(strategy, cpu_step, gpu_step, cycles, device, k, save: Savepoints, p
             save.cycle_s.append((t2 - t0) / n)
         done += n
     return t_cpu, t_gpu
+
+
+_POOL_STEP = None
+
+
+def _pool_step(cycle: int):
+    return _POOL_STEP(cycle)
 
 
 def _breakdown(t_cpu: float, t_gpu: float, wall: float, steps: int) -> dict:

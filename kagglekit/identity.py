@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from . import ranks
+
 # Parameters that change how long or how safely a run trains, not what it learns:
 # a checkpoint written under other values of these is still resumed.
 RUN_CONTROL = frozenset({"epochs", "time_budget_s", "save_every_min", "force_retrain", "smoke",
@@ -33,9 +35,8 @@ def config_changes(saved: dict, current: dict) -> str:
 
 def model_signature(model: torch.nn.Module) -> dict:
     """``{name: [dtype, *shape]}`` of every parameter and buffer (the bare module's)."""
-    from .checkpoint import unwrap
     return {k: [str(v.dtype).removeprefix("torch."), *v.shape]
-            for k, v in unwrap(model).state_dict().items()}
+            for k, v in ranks.unwrap(model).state_dict().items()}
 
 
 def describe(data) -> str:

@@ -90,3 +90,14 @@ def wrap(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     if context().strategy == "dp" and device.type == "cuda" and torch.cuda.device_count() > 1:
         return torch.nn.DataParallel(model)
     return model
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The bare module under DDP / DataParallel / torch.compile wrappers."""
+    while True:
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+            model = model.module
+        else:
+            return model

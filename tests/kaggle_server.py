@@ -13,7 +13,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
-from kagglekit.publish.build import INSTALL_MARK
+from kagglekit.tools.publish.build import INSTALL_MARK
 
 
 class FakeKaggle:

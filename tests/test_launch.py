@@ -158,7 +158,7 @@ def test_launch_from_a_notebook_run_by_papermill_returns_rank_zeros_value(tmp_pa
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
-    from kagglekit.runner import run_notebook
+    from kagglekit.tools.notebook_runner import run_notebook
     nb = new_notebook(cells=[
         new_code_cell("nprocs = 2", metadata={"tags": ["parameters"]}),
         new_code_cell(

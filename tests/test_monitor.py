@@ -148,9 +148,19 @@ def test_on_gpu_the_breakdown_carries_memory_per_phase_and_nvml_samples():
     assert result.gpu["available"] and result.gpu["samples"] > 0
 
 
-def test_the_cycle_loop_runs_at_any_width_not_only_the_default():
+def test_the_cycle_loop_runs_the_callers_steps_at_their_own_width(tmp_path):
     """gpu_utilization crashed with its Kaggle parameters (size 512): the CPU part of each
-    cycle was built at the default width 256."""
-    from kagglekit.tasks import utilisation
-    rows = utilisation.study(cycles=16, size=512, k=4, save_every=8, device=torch.device("cpu"))
-    assert {r["strategy"] for r in rows if "skipped" not in r} == {"sync", "batched", "process_pool"}
+    cycle was built at a default width. The steps are now the caller's, whatever their shape."""
+    import numpy as np
+    from kagglekit import cycles
+    w = torch.randn(512, 512) / 512 ** 0.5
+    rows = cycles.study(lambda c: np.full((4, 512), c % 7, dtype=np.float32), lambda x: x @ w, 16,
+                        torch.device("cpu"), batch_cycles=4, save_every=8, folder=tmp_path)
+    measured = {r["strategy"]: r for r in rows if "skipped" not in r}
+    assert set(measured) == {"sync", "batched", "process_pool"}
+    assert all(len(r["memory_curve_mb"]) == 16 and r["cycles_per_s"] > 0 for r in measured.values())
+    saved = sorted((tmp_path / "sync").glob("save-*.pt"))
+    assert [p.name for p in saved] == ["save-000008.pt", "save-000016.pt"]
+    held = torch.load(saved[1], weights_only=True)  # cycles 8..15, each its own result
+    assert len(held) == 8 and held[0].shape == (4, 512)
+    assert torch.allclose(held[0], torch.full((4, 512), 8 % 7.0) @ w)

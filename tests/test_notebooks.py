@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from kagglekit import monitor
-from kagglekit.runner import parse_overrides, run_notebook
+from kagglekit.tools.notebook_runner import parse_overrides, run_notebook
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
@@ -108,7 +108,7 @@ def test_a_mistyped_parameter_fails_before_a_kernel_starts_naming_it(tmp_path, p
 def test_run_by_papermill_directly_a_typo_still_fails_in_the_first_cell(tmp_path):
     import papermill
 
-    from kagglekit.runner import _venv_kernel_env
+    from kagglekit.tools.notebook_runner import _venv_kernel_env
     _venv_kernel_env()  # the venv's "python3" kernel, as make run uses
     with pytest.raises(papermill.PapermillExecutionError, match="did you mean 'epochs'"):
         papermill.execute_notebook(str(REPO / "notebooks" / "quickstart.ipynb"),
@@ -119,7 +119,7 @@ def test_run_by_papermill_directly_a_typo_still_fails_in_the_first_cell(tmp_path
 def test_the_cli_prints_a_typo_as_one_line_and_starts_nothing(tmp_path):
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-m", "kagglekit.cli", "run", "quickstart", "-p",
+    done = subprocess.run([sys.executable, "-m", "kagglekit.tools.cli", "run", "quickstart", "-p",
                            "epcohs=3", "--output", str(tmp_path / "runs")], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and not (tmp_path / "runs").exists()
@@ -211,12 +211,12 @@ def test_segmentation_3d_killed_mid_training_resumes_when_run_again(tmp_path):
     import subprocess
     import sys
     import time
-    from kagglekit.runner import run_folder
+    from kagglekit.tools.notebook_runner import run_folder
     out = tmp_path / "runs"
     notebook = REPO / "notebooks" / "segmentation_3d.ipynb"
     folder = run_folder(notebook, {"smoke": True, "epochs": 40, "save_every_min": 0.0}, out)
     ckpts = folder / "checkpoints" / "unet3d"
-    cmd = [sys.executable, "-m", "kagglekit.cli", "run", "segmentation_3d", "--output", str(out),
+    cmd = [sys.executable, "-m", "kagglekit.tools.cli", "run", "segmentation_3d", "--output", str(out),
            "-p", "smoke=True", "-p", "epochs=40", "-p", "save_every_min=0.0"]
     proc = subprocess.Popen(cmd, cwd=REPO, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kagglekit.publish import metadata
-from kagglekit.publish.metadata import MetadataError
+from kagglekit.tools.publish import metadata
+from kagglekit.tools.publish.metadata import MetadataError
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
@@ -34,7 +34,7 @@ def _clean_env(extra: dict) -> dict:
 
 
 def _cli(*args, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kagglekit.cli", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "kagglekit.tools.cli", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -141,7 +141,7 @@ def test_output_download_keeps_subfolders(tmp_path):
 
 
 def test_a_world_readable_kaggle_json_is_warned_about(tmp_path, monkeypatch):
-    from kagglekit.publish import credentials
+    from kagglekit.tools.publish import credentials
     folder = tmp_path / ".kaggle"
     folder.mkdir()
     (folder / "kaggle.json").write_text('{"username": "me", "key": "k" }')
@@ -179,7 +179,7 @@ def _run_in_sandbox(notebook: Path, root: Path, kernels: Path, monkeypatch, tmp:
 @pytest.mark.slow
 def test_the_pushed_notebook_runs_in_a_kaggle_like_sandbox_and_resumes_from_its_output(
         tmp_path, monkeypatch):
-    from kagglekit.publish.build import build
+    from kagglekit.tools.publish.build import build
     with FakeKaggle() as kaggle:
         for k, v in kaggle.env(tmp_path / "home").items():
             monkeypatch.setenv(k, v)

@@ -28,7 +28,7 @@ def _env(kaggle, home: Path, token: bool = False) -> dict:
 
 
 def _cli(*args, env: dict, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kagglekit.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "kagglekit.tools.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -194,7 +194,7 @@ def test_compare_refuses_other_configs_and_fails_without_scores_or_gpus(tmp_path
 
 
 def test_the_wheel_holds_what_git_knows_never_a_stale_module(tmp_path, monkeypatch):
-    from kagglekit.publish.build import build_wheel
+    from kagglekit.tools.publish.build import build_wheel
     repo = tmp_path / "repo"
     for item in ("kagglekit", "pyproject.toml", "README.md"):
         (shutil.copytree if (REPO / item).is_dir() else shutil.copy)(REPO / item, repo / item)
@@ -223,7 +223,7 @@ def test_the_wheel_holds_what_git_knows_never_a_stale_module(tmp_path, monkeypat
 
 
 def test_metadata_takes_what_the_cli_takes_and_the_install_cell_hides_on_kaggle(tmp_path):
-    from kagglekit.publish import build, metadata
+    from kagglekit.tools.publish import build, metadata
     meta = json.loads((REPO / "kernel-metadata" / "quickstart.json").read_text())
     meta.update(docker_image_pinning_type="latest", enable_tpu=False,
                 dataset_sources=["someone/some-data/3"], kernel_sources=["someone/other-kernel/12"])

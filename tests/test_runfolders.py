@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _run(out: Path, *params: str, env: dict | None = None) -> subprocess.CompletedProcess:
     import os
     args = [a for p in params for a in ("-p", p)]
-    return subprocess.run([sys.executable, "-m", "kagglekit.cli", "run", "quickstart", *args,
+    return subprocess.run([sys.executable, "-m", "kagglekit.tools.cli", "run", "quickstart", *args,
                            "--output", str(out)], cwd=REPO, capture_output=True, text=True,
                           timeout=600, env={**os.environ, **(env or {})})
 
@@ -60,7 +60,7 @@ def test_another_configuration_and_a_failed_run_leave_the_first_run_byte_equal(t
     assert "DataDirError" in (out / "quickstart" / bad["run"] / "error.log").read_text()
     latest = (out / "quickstart" / "latest").resolve()
     assert latest.name.startswith("lr=0.01,smoke=True-")  # the last run that succeeded
-    listed = subprocess.run([sys.executable, "-m", "kagglekit.cli", "runs", "--output", str(out)],
+    listed = subprocess.run([sys.executable, "-m", "kagglekit.tools.cli", "runs", "--output", str(out)],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0 and "failed" in listed.stdout and "validation accuracy" in listed.stdout
 

@@ -1,13 +1,12 @@
 """Time-series forecasting: an LSTM (trained through the kit), XGBoost, their ensemble."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
-from .. import checkpoint, data, launcher, metrics, models
+from .. import checkpoint, data, launcher, metrics, models, policy
 from ..train import fit, supervised
 
 
@@ -36,11 +35,11 @@ def truth(windows) -> torch.Tensor:
 
 
 # ---- LSTM ----------------------------------------------------------------------------
-def train_lstm(cfg: dict, train, val, output_dir: str, fresh: bool = False) -> dict | None:
+def train_lstm(cfg: dict, train, val) -> dict | None:
     """Launched on every GPU; rank 0 returns {"state": weights, "history": ...}.
 
-    ``fresh`` ignores checkpoints (force_retrain); otherwise an interrupted training
-    of the same config resumes.
+    The run decides resume/retrain (``force_retrain``), precision and the budget; an
+    interrupted training of the same config resumes.
     """
     ctx = launcher.context()
     torch.manual_seed(cfg["seed"])
@@ -52,12 +51,10 @@ def train_lstm(cfg: dict, train, val, output_dir: str, fresh: bool = False) -> d
     scheduler = torch.optim.lr_scheduler.OneCycleLR(
         optimizer, max_lr=cfg["lr"], epochs=cfg["epochs"], steps_per_epoch=len(train_loader))
     result = fit(model, optimizer, train_loader, supervised(F.mse_loss), epochs=cfg["epochs"],
-                 val_loader=val_loader, scheduler=scheduler, precision=cfg["precision"],
-                 device=ctx.device, clip_grad_norm=1.0,
-                 checkpoints=checkpoint.CheckpointManager(
-                     Path(output_dir) / "checkpoints" / "lstm", monitor="val_loss",
-                     data=train.data),
-                 resume=not fresh, config=cfg)
+                 val_loader=val_loader, scheduler=scheduler, clip_grad_norm=1.0,
+                 checkpoints=policy.current().checkpoints("lstm", monitor="val_loss",
+                                                          data=train.data),
+                 config=cfg)
     if not ctx.is_main:
         return None
     state = {k: v.cpu() for k, v in checkpoint.unwrap(model).state_dict().items()}

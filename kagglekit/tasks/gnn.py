@@ -1,13 +1,12 @@
 """GNN node classification: self-supervised pre-training, fine-tuning, an MLP baseline."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .. import checkpoint, data as data_mod, graph, launcher, metrics, models
+from .. import checkpoint, data as data_mod, graph, launcher, metrics, models, policy
 from ..train import fit
 
 
@@ -100,7 +99,7 @@ def link_loss(encoder, batch):
         F.binary_cross_entropy_with_logits(score(neg), torch.zeros(neg.shape[1], device=z.device))
 
 
-def pretrain(cfg: dict, data, output_dir: str) -> dict | None:
+def pretrain(cfg: dict, data) -> dict | None:
     """Self-supervised link reconstruction of the encoder (launched); rank 0 returns weights."""
     ctx = launcher.context()
     torch.manual_seed(cfg["seed"])
@@ -108,9 +107,7 @@ def pretrain(cfg: dict, data, output_dir: str) -> dict | None:
     loader = _link_batches(data, cfg["edge_batch"], cfg["fanouts"], cfg["seed"], ctx.device)
     result = fit(encoder, torch.optim.AdamW(encoder.parameters(), lr=cfg["lr"]), loader, link_loss,
                  epochs=cfg["pretrain_epochs"], limit_batches=cfg["pretrain_batches"] or None,
-                 precision=cfg["precision"], device=ctx.device,
-                 checkpoints=checkpoint.CheckpointManager(Path(output_dir) / "checkpoints" / "pretrain",
-                                                          data=[data.x, data.edge_index]),
+                 checkpoints=policy.current().checkpoints("pretrain", data=[data.x, data.edge_index]),
                  config={k: cfg[k] for k in ("hidden", "dropout", "edge_batch", "fanouts", "lr",
                                              "pretrain_batches", "seed")})
     if not ctx.is_main:
@@ -119,9 +116,12 @@ def pretrain(cfg: dict, data, output_dir: str) -> dict | None:
             "history": result.history, "fit": result.summary()}
 
 
-def finetune(cfg: dict, data, encoder_state: dict | None, output_dir: str | None = None,
+def finetune(cfg: dict, data, encoder_state: dict | None, keep_checkpoints: bool = False,
              hook=None, epochs: int | None = None) -> dict | None:
-    """Train the classifier (pre-trained encoder, all layers tuned); rank 0 returns scores."""
+    """Train the classifier (pre-trained encoder, all layers tuned); rank 0 returns scores.
+
+    ``keep_checkpoints``: the final model's (resumable, skipped when finished; the run's
+    ``force_retrain`` retrains it); search trials keep none."""
     ctx = launcher.context()
     torch.manual_seed(cfg["seed"])
     classes = classes_of(data)
@@ -134,10 +134,11 @@ def finetune(cfg: dict, data, encoder_state: dict | None, output_dir: str | None
                                backend=cfg.get("sampler", "auto"))
     positives = float(data.y[data.train_mask].float().mean()) if classes == 2 else 0.5
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
-    ckpt = (checkpoint.CheckpointManager(Path(output_dir) / "checkpoints" / "gnn", data=data,
-                                         monitor="val_pr_auc", mode="max") if output_dir else None)
+    run = policy.current()
+    ckpt = run.checkpoints("gnn", data=data, monitor="val_pr_auc", mode="max") \
+        if keep_checkpoints and run else None
     result = fit(model, opt, loader, node_loss(classes, (1 - positives) / max(positives, 1e-6)),
-                 epochs=epochs or cfg["epochs"], precision=cfg["precision"], device=ctx.device,
+                 epochs=epochs or cfg["epochs"], device=ctx.device,
                  evaluate=full_graph_evaluator(data, data.val_mask, classes, ctx.device),
                  on_epoch_end=hook, checkpoints=ckpt, config=cfg)
     if not ctx.is_main:

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import torch
 
-from .. import checkpoint, data, evaluate, launcher, models, segment3d
+from .. import checkpoint, data, evaluate, launcher, models, policy, segment3d
 from ..precision import Precision
 from ..train import fit
 
@@ -20,15 +19,14 @@ def _scheduler(optimizer, warmup_steps: int, restart_steps: int):
                                                  milestones=[max(1, warmup_steps)])
 
 
-def train_and_predict(cfg: dict, volumes: dict, output_dir: str) -> dict | None:
+def train_and_predict(cfg: dict, volumes: dict) -> dict | None:
     """Train (or resume, or skip when finished) and predict the test volumes on rank 0.
 
     Args:
         cfg: the notebook's parameters (patch, width, depth, batch_size, accumulate,
             epochs, patches_per_epoch, lr, warmup_steps, restart_epochs, precision,
-            save_every_min, force_retrain, time_budget_s, seed, overlap).
+            save_every_min, seed, overlap); the run decides precision, resume and budget.
         volumes: {"train": (vols, masks), "val": (vols, masks), "test": (vols, masks, ids)}.
-        output_dir: the run's output folder (checkpoints go below it).
     """
     ctx = launcher.context()
     torch.manual_seed(cfg["seed"])
@@ -42,15 +40,13 @@ def train_and_predict(cfg: dict, volumes: dict, output_dir: str) -> dict | None:
     steps_per_epoch = math.ceil(len(train_loader) / cfg["accumulate"])
     scheduler = _scheduler(optimizer, cfg["warmup_steps"], cfg["restart_epochs"] * steps_per_epoch)
     loss_fn = lambda m, batch: segment3d.dice_bce_loss(m(batch[0]), batch[1])  # noqa: E731
-    ckpt = checkpoint.CheckpointManager(Path(output_dir) / "checkpoints" / "unet3d",
-                                        monitor="val_dice", mode="max",
+    ckpt = policy.current().checkpoints("unet3d", monitor="val_dice", mode="max",
                                         data=[volumes["train"], volumes["val"]])  # not test
     result = fit(model, optimizer, train_loader, loss_fn, epochs=cfg["epochs"],
                  evaluate=evaluate.segmentation(val_loader, ctx.device, segment3d.dice_bce_loss),
-                 scheduler=scheduler, precision=cfg["precision"], device=ctx.device,
+                 scheduler=scheduler, device=ctx.device,
                  accumulate=cfg["accumulate"], clip_grad_norm=1.0, checkpoints=ckpt,
-                 save_every_min=cfg["save_every_min"], resume=not cfg["force_retrain"],
-                 time_budget=cfg["time_budget_s"] or None,
+                 save_every_min=cfg["save_every_min"],
                  config={k: v for k, v in cfg.items() if k != "overlap"})  # inference-only
     if not ctx.is_main:
         return None
@@ -65,8 +61,8 @@ def _predict(model, ckpt, test, cfg: dict, result) -> dict:
     if best is not None:  # the best validation Dice, not merely the last epoch
         checkpoint.unwrap(model).load_state_dict(checkpoint.load(best, "cpu")["model"])
     vols, masks, ids = test
-    policy = Precision(result.precision, next(model.parameters()).device.type)
-    autocast = policy.autocast()
+    chosen = Precision(result.precision, next(model.parameters()).device.type)  # what fit used
+    autocast = chosen.autocast()
     probs = [segment3d.sliding_window(model, v, cfg["patch"], cfg["overlap"], autocast=autocast)
              for v in vols]
     preds = [(p > 0.5).to(torch.uint8) for p in probs]

@@ -16,7 +16,8 @@ import time
 import traceback
 from pathlib import Path
 
-from . import atomic, params as params_mod, runfolders
+from .. import atomic, params as params_mod
+from . import runfolders
 
 
 def parse_overrides(items: list[str]) -> dict:

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from .. import report
+from . import comparison as report
 from . import metadata
 
 

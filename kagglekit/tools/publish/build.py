@@ -131,7 +131,7 @@ def render(notebook: Path, params: dict, wheel: Path, out: Path,
 
 
 def _version() -> str:
-    from .. import __version__
+    from ... import __version__
     return __version__
 
 

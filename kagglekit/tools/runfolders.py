@@ -17,7 +17,7 @@ import re
 import time
 from pathlib import Path
 
-from . import atomic
+from .. import atomic
 
 # Parameters that change how a run is executed, not what it computes: a run with other
 # values of these is the same run continued, in the same folder.

@@ -1,4 +1,4 @@
-"""Command line: ``python -m kagglekit.cli {run,runs,view,build,push,status,logs,output,pull,quota,compare} [NB ...]``."""
+"""Command line: ``python -m kagglekit.tools.cli {run,runs,view,build,push,status,logs,output,pull,quota,compare} [NB ...]``."""
 from __future__ import annotations
 
 import argparse
@@ -26,8 +26,8 @@ def _notebooks(names: list[str]) -> list[Path]:
 def cmd_run(args) -> int:
     """Every notebook's parameters are checked before the first kernel starts; each run
     goes to its configuration's folder; a table of headline results at the end."""
-    from .params import ParameterError
-    from .runner import parse_overrides, run_folder, run_notebook
+    from ..params import ParameterError
+    from .notebook_runner import parse_overrides, run_folder, run_notebook
     try:
         notebooks = _notebooks(args.notebooks)
         params = {nb: {**(_kaggle_parameters(nb.stem) if args.kaggle else {}),
@@ -51,7 +51,7 @@ def _kaggle_parameters(name: str) -> dict:
 
 def _run_one(nb: Path, params: dict, output_root: str, run_notebook) -> dict:
     from .runfolders import headline_text
-    from .runner import one_line, run_folder
+    from .notebook_runner import one_line, run_folder
     folder = run_folder(nb, params, output_root)
     print(f"== {nb.stem}: running with {params or 'its defaults'} -> {folder}/", flush=True)
     started = time.monotonic()
@@ -79,7 +79,7 @@ def _latest(folder: Path) -> Path:
 
 
 def _text_table(rows: list[dict]) -> str:
-    from .display import frame
+    from ..display import frame
     return frame(rows).to_string(index=False)
 
 
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except Exception as err:  # the CLI's errors are messages for a person, not tracebacks
         from .publish import metadata, credentials, kaggle_cli, build
-        from .params import ParameterError
+        from ..params import ParameterError
         known = (metadata.MetadataError, credentials.CredentialsError, kaggle_cli.KaggleError,
                  build.BuildError, ParameterError)
         if isinstance(err, known):
