@@ -235,7 +235,7 @@ class Cache:
               f"computed in {seconds:.1f}s and stored")
         return _read("xgboost", entry / _FILES["xgboost"]) if _kind_of(value) == "xgboost" else value
 
-    def report(self) -> dict:
+    def stats(self) -> dict:
         """Hits, misses and time saved, for metrics.json."""
         hits = [e for e in self.events if e["hit"]]
         return {"hits": len(hits), "misses": len(self.events) - len(hits),

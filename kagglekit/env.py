@@ -85,10 +85,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # also queues the seed for CUDA without initialising it
 
 
-def device_for(gpus: list, local_rank: int = 0) -> torch.device:
-    return torch.device(f"cuda:{local_rank}") if gpus else torch.device("cpu")
-
-
 @dataclass
 class EnvReport:
     where: Where
@@ -104,7 +100,7 @@ class EnvReport:
         return "\n".join(f"  {k:<{width}}  {v}" for k, v in self.data.items())
 
 
-def report(precision: str = "auto", output_dir: Path | None = None,
+def describe_machine(precision: str = "auto", output_dir: Path | None = None,
            verbose: bool = True) -> EnvReport:
     """Describe the machine and decide the precision; never initialises CUDA."""
     from . import __version__

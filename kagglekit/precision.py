@@ -81,7 +81,7 @@ def choose(requested: str = "auto", capability: tuple[int, int] | None = None,
 def resolve(requested, device: torch.device) -> Precision:
     """``requested`` (a name or a Precision) for ``device``: the one place a fit decides.
 
-    (``env.report`` decides the same from NVML, without touching CUDA, to print it.)
+    (``env.describe_machine`` decides the same from NVML, without touching CUDA, to print it.)
     """
     if isinstance(requested, Precision):
         return requested

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import atomic, display, env, params, policy as policy_mod, ranklog
+from . import atomic, display, env, params, policy as policy_mod, ranklog, ranks
 from .checkpoint import CheckpointManager
 
 
@@ -39,7 +39,8 @@ class Run:
 
     @property
     def device(self):
-        return env.device_for(self.env.gpus)
+        """This process's device (``ranks.default_device``: cuda:0 where there is a GPU)."""
+        return ranks.default_device()
 
     @property
     def cache(self):
@@ -52,7 +53,7 @@ class Run:
         """``fn()``'s result for (config, data, code), from the cache when it is there;
         hits, misses and time saved go to metrics.json."""
         value = self.cache.get(name, config, fn, data=data, code=code)
-        self.log(cache=self.cache.report())
+        self.log(cache=self.cache.stats())
         return value
 
     def checkpoints(self, name: str = "model", **kwargs) -> CheckpointManager:
@@ -171,7 +172,7 @@ def start(namespace: dict, name: str, *, smoke: dict | None = None,
         namespace.update(smoke)
     output = env.working_dir(name)
     os.environ[ranklog.LOG_DIR_ENV] = str(output / "logs")  # launched ranks write there
-    report = env.report(config.get("precision", "auto"), output, verbose=verbose)
+    report = env.describe_machine(config.get("precision", "auto"), output, verbose=verbose)
     seed = int(config.get("seed", 0))
     env.seed_everything(seed)
     config = json.loads(json.dumps(config, default=str))

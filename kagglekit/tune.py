@@ -244,7 +244,7 @@ def pruning_hook(trial, monitor: str = "val_loss"):
     return hook
 
 
-def report(study, output_dir: Path | str, prefix: str = "tune") -> dict:
+def summarize(study, output_dir: Path | str, prefix: str = "tune") -> dict:
     """Best parameters (JSON), every trial (CSV), Optuna's own plots; a summary dict."""
     import csv
     import io

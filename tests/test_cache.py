@@ -30,7 +30,7 @@ def test_same_inputs_hit_and_skip_the_work(tmp_path, data):
     first = c.get("m", CONFIG, train, data=data, code=models.MLP)
     second = c.get("m", dict(reversed(list(CONFIG.items()))), train, data=data, code=models.MLP)
     assert train.calls == 1 and torch.equal(first["weight"], second["weight"])
-    report = c.report()
+    report = c.stats()
     assert (report["hits"], report["misses"]) == (1, 1) and report["seconds_saved"] >= 0
 
 
@@ -83,7 +83,7 @@ def test_hit_in_an_attached_input_is_used_and_copied_over(tmp_path, kaggle_tree,
     c, train = Cache(kaggle_tree / "working" / "cache"), Counter()
     value = c.get("m", CONFIG, train, data=data)
     assert train.calls == 0 and torch.equal(value["weight"], torch.ones(4))
-    assert c.report()["entries"][0]["from"].startswith(str(previous))
+    assert c.stats()["entries"][0]["from"].startswith(str(previous))
     copied = list((kaggle_tree / "working" / "cache" / "m").glob("*/meta.json"))
     assert len(copied) == 1  # the next kernel version finds it in its own output
 
@@ -93,7 +93,7 @@ def test_force_recomputes_and_overwrites(tmp_path, data):
     forced = Cache(tmp_path, force=True)
     value = forced.get("m", CONFIG, lambda: Counter()(7.0), data=data)
     assert torch.equal(value["weight"], torch.full((4,), 7.0))
-    assert forced.report()["misses"] == 1
+    assert forced.stats()["misses"] == 1
     again = Cache(tmp_path).get("m", CONFIG, Counter(), data=data)
     assert torch.equal(again["weight"], torch.full((4,), 7.0))
 

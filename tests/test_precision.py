@@ -52,7 +52,7 @@ def test_scaler_is_enabled_only_for_fp16():
 
 def test_report_on_simulated_t4x2_picks_fp16_without_touching_cuda(monkeypatch):
     monkeypatch.setenv("KAGGLEKIT_FAKE_GPUS", "Tesla T4:7.5:15,Tesla T4:7.5:15")
-    report = env.report(verbose=False)
+    report = env.describe_machine(verbose=False)
     assert report.precision.name == "fp16"
     assert [g["name"] for g in report.as_dict()["gpus"]] == ["Tesla T4", "Tesla T4"]
     assert not torch.cuda.is_initialized()  # a fork-based launch must stay possible
@@ -61,4 +61,4 @@ def test_report_on_simulated_t4x2_picks_fp16_without_touching_cuda(monkeypatch):
 def test_report_refuses_bf16_on_simulated_t4(monkeypatch):
     monkeypatch.setenv("KAGGLEKIT_FAKE_GPUS", "Tesla T4:7.5:15")
     with pytest.raises(PrecisionError, match="bf16"):
-        env.report("bf16", verbose=False)
+        env.describe_machine("bf16", verbose=False)

@@ -213,7 +213,7 @@ def _check_the_chain(notebook, tmp_path, kernels, monkeypatch, tmp):
 
 
 def test_compare_flags_a_score_that_moved_over_ten_percent_and_an_oom():
-    from kagglekit import report
+    from kagglekit.tools.publish import comparison as report
     done = [{"result": "test Dice", "value": 0.8}]  # a summary: the run reached its last cell
     local = {"fit": {"val_loss": 0.50, "oom_count": 0, "stopped": "completed"}, "test_dice": 0.80,
              "wall_seconds": 100.0, "config": {"lr": 0.1}, "summary": done}

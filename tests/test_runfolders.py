@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kagglekit import runfolders
+from kagglekit.tools import runfolders
 
 REPO = Path(__file__).resolve().parents[1]
 

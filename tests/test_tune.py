@@ -31,7 +31,7 @@ def test_two_workers_complete_exactly_n_distinct_trials(tmp_path):
     trials = study.get_trials()
     assert tune.counts(study) == {"COMPLETE": 12}
     assert sorted(t.number for t in trials) == list(range(12))
-    summary = tune.report(study, tmp_path)
+    summary = tune.summarize(study, tmp_path)
     assert summary["best_params"].keys() == {"x", "y"}
     assert (tmp_path / "tune_trials.csv").read_text().count("\n") == 13
     assert "tune_history.png" in summary["plots"]
@@ -122,7 +122,7 @@ def test_optunas_plot_style_does_not_leak_into_the_runs_other_plots(tmp_path):
     before = dict(matplotlib.rcParams)
     study = tune.optimize(busy_objective, "style", tune.MIN_TRIALS_FOR_PLOTS, directory=tmp_path,
                           workers=1)
-    assert tune.report(study, tmp_path)["plots"]
+    assert tune.summarize(study, tmp_path)["plots"]
     assert dict(matplotlib.rcParams) == before
 
 
@@ -145,5 +145,5 @@ def test_the_default_sampler_is_seeded_so_a_search_repeats():
 
 def test_too_few_trials_for_a_readable_plot_get_none(tmp_path, capsys):
     study = tune.optimize(busy_objective, "few", 3, directory=tmp_path, workers=1)
-    assert tune.report(study, tmp_path)["plots"] == []
+    assert tune.summarize(study, tmp_path)["plots"] == []
     assert not list(tmp_path.glob("*.png")) and "too few for Optuna's plots" in capsys.readouterr().out

@@ -19,4 +19,4 @@ def objective(trial):
 if __name__ == "__main__":
     study = tune.optimize(objective, "shared", int(sys.argv[2]), directory=sys.argv[4],
                           storage=sys.argv[1], workers=1, heartbeat_s=1, grace_s=2, seed=None)
-    tune.report(study, sys.argv[4], prefix="shared")
+    tune.summarize(study, sys.argv[4], prefix="shared")
