@@ -8,7 +8,7 @@ NB ?=
 P ?=
 PYTEST_ARGS ?=
 
-.PHONY: help setup run runs view test soak bench lint clean build push status logs output pull quota compare
+.PHONY: help setup run runs view test sandbox gpu-check soak bench lint clean build push status logs output pull quota compare
 
 # V=1: keep the warnings the kit silences because they carry nothing for the user.
 ifdef V
@@ -74,6 +74,10 @@ quota: $(STAMP)
 ## soak: kill one training run at 20 random points (mid-step, mid-save, its loader worker), resume each time
 soak: $(STAMP)
 	$(PY) tests/soak.py
+
+## sandbox: what push sends, run in Kaggle's image (sandbox/kaggle-image.txt), 3 versions each (NB=name)
+sandbox: $(STAMP)
+	$(PY) -m kagglekit.tools.cli sandbox $(NB) $(if $(CAP),--cap $(CAP))
 
 ## bench: measured ratios against baselines taken in the same run
 bench: $(STAMP)

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import atomic, cudagraph, memory, monitor
+from . import atomic, cudagraph, memory, monitor, workcap
 
 STRATEGIES = ("sync", "batched", "cuda_graph", "process_pool")
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -67,7 +67,9 @@ class Savepoints:
 
 def run(strategy: str, cpu_step, gpu_step, cycles: int, device: torch.device, *,
         batch_cycles: int = 8, save_every: int = 0, folder: Path) -> dict:
-    """``cycles`` cycles one way: cycles/s, utilisation, breakdown, verdict, memory."""
+    """``cycles`` cycles one way: cycles/s, utilisation, breakdown, verdict, memory
+    (at most ``KAGGLEKIT_WORK_CAP`` cycles where that is set)."""
+    cycles = workcap.steps(cycles)
     graphed = None
     if strategy == "cuda_graph":
         example = torch.from_numpy(np.stack([cpu_step(0)])).to(device)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from . import data, ranks
+from . import data, ranks, workcap
 
 
 def _all_sum(t: torch.Tensor) -> torch.Tensor:
@@ -17,7 +17,7 @@ def classification(loader, device, loss=torch.nn.functional.cross_entropy):
     """``evaluate(model) -> {"val_loss", "val_acc"}`` over ``loader`` (all ranks together)."""
     def evaluate(model) -> dict:
         total = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, count
-        for batch in loader:
+        for batch in workcap.batches(loader):
             x, y = data.to_device(batch, device)
             logits = model(x)
             total += torch.stack([loss(logits.float(), y, reduction="sum").double(),
@@ -32,7 +32,7 @@ def segmentation(loader, device, loss_fn):
     """``evaluate(model) -> {"val_loss", "val_dice"}`` over patches (all ranks together)."""
     def evaluate(model) -> dict:
         total = torch.zeros(4, dtype=torch.float64, device=device)  # loss, inter, sizes, n
-        for batch in loader:
+        for batch in workcap.batches(loader):
             x, y = data.to_device(batch, device)
             logits = model(x)
             pred = (logits > 0).float()

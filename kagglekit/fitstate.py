@@ -131,6 +131,7 @@ class FitResult:
     breakdown: dict = field(default_factory=dict)  # StepTimer.summary()
     gpu: dict = field(default_factory=dict)  # GPUSampler.summary()
     gpu_samples: list = field(default_factory=list)
+    session: str = ""  # the run (kk.start) that trained: tells a cached summary from a fresh one
 
     def diagnosis(self) -> dict:
         """Why the GPU sat idle (or that it did not), with advice."""
@@ -148,7 +149,7 @@ class FitResult:
         return {**scores, "steps": self.steps, "epochs": self.epochs, "stopped": self.stopped,
                 "seconds": round(self.seconds, 3), "precision": self.precision,
                 "compile": self.compile, "cuda_graphs": self.cuda_graphs,
-                "resumed_from": self.resumed_from,
+                "resumed_from": self.resumed_from, "session": self.session,
                 "checkpoint": self.checkpoint, "steps_this_session": self.steps_this_session,
                 "world_size": self.world_size, "samples_per_s": round(self.samples_per_s, 2),
                 "samples_per_s_per_gpu": round(self.samples_per_s / self.world_size, 2),

@@ -10,6 +10,7 @@ An explicit argument to ``fit`` still wins over the policy.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,7 @@ class Policy:
     deadline: float | None = None  # unix time; None: Kaggle's session limit on Kaggle
     precision: str = "auto"  # as asked; each device resolves it once (precision.resolve)
     inputs: inputs.InputIndex | None = None
+    session: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # this kernel run
 
     @classmethod
     def from_config(cls, config: dict, output_dir: Path, input_roots: list[Path]) -> "Policy":

@@ -32,6 +32,7 @@ class Run:
     _cache: object = field(default=None, repr=False)
     previous: dict = field(default_factory=dict, repr=False)  # metrics.json of the last run here
     policy: policy_mod.Policy | None = field(default=None, repr=False)  # what every fit follows
+    chain: dict = field(default_factory=dict)  # what each fit and cache entry did this session
 
     @property
     def precision(self):
@@ -52,8 +53,11 @@ class Run:
     def cached(self, name: str, config: dict, fn, *, data=None, code=None):
         """``fn()``'s result for (config, data, code), from the cache when it is there;
         hits, misses and time saved go to metrics.json."""
+        hits = self.cache.stats()["hits"]
         value = self.cache.get(name, config, fn, data=data, code=code)
-        self.log(cache=self.cache.stats())
+        stats = self.cache.stats()
+        self.chain[f"cache:{name}"] = "hit" if stats["hits"] > hits else "computed"
+        self.log(cache=stats, chain=self.chain)
         return value
 
     def checkpoints(self, name: str = "model", **kwargs) -> CheckpointManager:
@@ -91,6 +95,7 @@ class Run:
         """
         from . import plots
         summary = dict(result.summary() if hasattr(result, "summary") else result)
+        self.chain[label] = what_it_did(summary, self.policy.session if self.policy else "")
         timeline = summary.pop("gpu_timeline", None) or []
         earlier = self.previous.get(label)
         if summary.get("stopped") == "already_complete" and earlier:
@@ -98,7 +103,7 @@ class Run:
             # that trained (speed, step breakdown, diagnosis), not zeros over them.
             summary = {**earlier, "stopped": "already_complete", "skipped_rerun": True,
                        "steps_this_session": 0, "resumed_from": summary.get("resumed_from")}
-        self.log(**{label: summary})
+        self.log(**{label: summary}, chain=self.chain)
         if step_plot and summary.get("step_breakdown", {}).get("sampled_steps"):
             self.savefig(plots.step_breakdown({label: summary["step_breakdown"]}),
                          f"{label}_step_time")
@@ -132,6 +137,22 @@ class Run:
                              "criterion": h["criterion"],
                              "pass": {True: "yes", False: "NO", None: ""}[h["passed"]]}
                             for h in headlines])
+
+
+def what_it_did(summary: dict, session: str) -> str:
+    """How a fit's result came to be in this session: the kernel-version chain's record.
+
+    "trained" (from step 0), "resumed" (from a checkpoint), "skipped" (a finished
+    checkpoint), "cached" (a summary computed in an earlier session, from the cache),
+    "unsaved" (trained without checkpoints: a measurement, nothing to resume).
+    """
+    if summary.get("session") and session and summary["session"] != session:
+        return "cached"
+    if summary.get("stopped") == "already_complete":
+        return "skipped"
+    if summary.get("resumed_from"):
+        return "resumed"
+    return "trained" if summary.get("checkpoint") else "unsaved"
 
 
 def save_figure(fig, path: Path) -> Path:

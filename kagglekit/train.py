@@ -232,7 +232,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
                      checkpoint=keeper.last_checkpoint, steps_this_session=st.step - start_step,
                      world_size=world, samples_per_s=rate * world, oom_events=list(st.oom_events),
                      breakdown=loop.timer.summary(), gpu=sampler.summary(),
-                     gpu_samples=sampler.samples)
+                     gpu_samples=sampler.samples, session=run.session if run else "")
 
 
 def _total_steps(loop: _Loop, epochs: int) -> int:

@@ -2,8 +2,9 @@
 
 ``KAGGLEKIT_WORK_CAP=N`` (set by ``make sandbox``, or by hand for a quick look at
 a notebook with its full Kaggle parameters): every fit stops after at most N
-optimizer steps and N batches per epoch, and every search runs at most
-``TRIALS`` trials. Sizes, widths, batch sizes, fan-outs and model choices are
+optimizer steps and N batches per epoch, every other training loop (boosting
+rounds, measured cycles, evaluation batches, volumes predicted) after N
+iterations, and every search runs at most ``TRIALS`` trials. Sizes, widths, batch sizes, fan-outs and model choices are
 kept exactly, so a capped run exercises the very shapes, memory and code paths
 of the full one. A fit that hits the cap ends as ``max_steps`` with a final
 checkpoint: the next version of the kernel skips it, as it would a finished run.
@@ -38,6 +39,18 @@ def capped_watch(watch):
         return watch
     return replace(watch, max_steps=_smaller(watch.max_steps, n),
                    limit_batches=_smaller(watch.limit_batches, n))
+
+
+def steps(n: int) -> int:
+    """Any other loop's iterations within the cap (boosting rounds, measured cycles)."""
+    return n if cap() is None else min(n, cap())
+
+
+def batches(loader):
+    """``loader``'s batches, at most the cap of them (evaluation loops)."""
+    import itertools
+    n = cap()
+    return iter(loader) if n is None else itertools.islice(loader, n)
 
 
 def trials(n_trials: int) -> int:

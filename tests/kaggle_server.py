@@ -30,6 +30,9 @@ class FakeKaggle:
         self.kernels: dict[str, dict] = {}  # slug -> the last SaveKernel body, as Kaggle keeps it
         self.versions = 0
         self.quota = {"used_s": 11 * 3600 + 1800, "allowed_s": 30 * 3600}
+        self.datasets: dict[str, dict] = {}  # owner/slug -> {"versions": [{file name: bytes}], ...}
+        self.blobs: dict[str, dict] = {}  # upload token -> {"name", "data"}
+        self.processing_polls = 1  # status answers "blobs_received" this often before "ready"
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -42,6 +45,15 @@ class FakeKaggle:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def do_PUT(self):  # a blob upload, to the createUrl StartBlobUpload handed out
+                token = urlparse(self.path).path.removeprefix("/upload/")
+                size = int(self.headers.get("Content-Length") or 0)
+                data = self.rfile.read(size) if size else b""
+                if token not in server.blobs:
+                    return self._send(404, b"no such upload", "text/plain")
+                server.blobs[token]["data"] += data
+                self._send(200, b"{}")
 
             def do_GET(self):
                 name = urlparse(self.path).path.removeprefix("/files/")
@@ -126,6 +138,42 @@ class FakeKaggle:
         nb = json.loads(self.kernels[slug]["text"])
         change(nb)
         self.kernels[slug]["text"] = json.dumps(nb)
+
+    # ---- datasets: status, blob uploads, create, version ---------------------------------
+    def on_GetDatasetStatus(self, body: dict):
+        ref = f"{body['ownerSlug']}/{body['datasetSlug']}"
+        dataset = self.datasets.get(ref)
+        if dataset is None:
+            return 404, {"code": 404, "message": f"dataset {ref} not found"}
+        dataset["polls"] += 1
+        ready = dataset["polls"] > self.processing_polls
+        return 200, {"status": "READY" if ready else "BLOBS_RECEIVED"}
+
+    def on_StartBlobUpload(self, body: dict):
+        token = f"blob{len(self.blobs)}"
+        self.blobs[token] = {"name": body["name"], "data": b"", "length": int(body["contentLength"])}
+        return 200, {"token": token, "createUrl": f"http://localhost/upload/{token}"}
+
+    def _files(self, files: list) -> dict:
+        blobs = [self.blobs[f["token"]] for f in files]
+        assert all(len(b["data"]) == b["length"] for b in blobs), "a blob arrived incomplete"
+        return {b["name"]: b["data"] for b in blobs}
+
+    def on_CreateDataset(self, body: dict):
+        ref = f"{body['ownerSlug']}/{body['slug']}"
+        if ref in self.datasets:
+            return 200, {"status": "error", "error": f"{ref} exists"}
+        self.datasets[ref] = {"versions": [self._files(body.get("files", []))], "polls": 0,
+                              "private": body.get("isPrivate", False), "title": body["title"]}
+        return 200, {"status": "ok", "ref": ref, "url": f"http://localhost/datasets/{ref}"}
+
+    def on_CreateDatasetVersion(self, body: dict):
+        ref = f"{body['ownerSlug']}/{body['datasetSlug']}"
+        if ref not in self.datasets:
+            return 404, {"code": 404, "message": f"dataset {ref} not found"}
+        self.datasets[ref]["versions"].append(self._files(body["body"].get("files", [])))
+        self.datasets[ref]["polls"] = 0
+        return 200, {"status": "ok", "ref": ref, "url": f"http://localhost/datasets/{ref}"}
 
     def on_GetKernelSessionStatus(self, body: dict):
         reply = {"status": self.status}

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from .. import checkpoint, data, launcher, metrics, models, policy
+from .. import checkpoint, data, launcher, metrics, models, policy, workcap
 from ..train import fit, supervised
 
 
@@ -93,7 +93,7 @@ def train_xgboost(cfg: dict, train, val, use_gpu: bool = False):
               "max_bin": 64,  # coarser histograms: several times faster, same skill here
               "tree_method": "hist", "device": "cuda" if use_gpu else "cpu",
               "multi_strategy": "one_output_per_tree"}
-    return xgb.train(params, xgb.DMatrix(x_train, label=y_train), cfg["xgb_rounds"],
+    return xgb.train(params, xgb.DMatrix(x_train, label=y_train), workcap.steps(cfg["xgb_rounds"]),
                      evals=[(xgb.DMatrix(x_val, label=y_val), "val")],
                      early_stopping_rounds=20, verbose_eval=False)
 

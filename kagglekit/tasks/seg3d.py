@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from .. import checkpoint, data, evaluate, launcher, models, policy, segment3d
+from .. import checkpoint, data, evaluate, launcher, models, policy, segment3d, workcap
 from ..precision import Precision
 from ..train import fit
 
@@ -60,7 +60,7 @@ def _predict(model, ckpt, test, cfg: dict, result) -> dict:
     best = ckpt.best()
     if best is not None:  # the best validation Dice, not merely the last epoch
         checkpoint.unwrap(model).load_state_dict(checkpoint.load(best, "cpu")["model"])
-    vols, masks, ids = test
+    vols, masks, ids = (part[:workcap.steps(len(test[2]))] for part in test)
     chosen = Precision(result.precision, next(model.parameters()).device.type)  # what fit used
     autocast = chosen.autocast()
     probs = [segment3d.sliding_window(model, v, cfg["patch"], cfg["overlap"], autocast=autocast)

@@ -186,6 +186,11 @@ def cmd_compare(args) -> int:
     return 0 if all(results) else 1
 
 
+def cmd_sandbox(args) -> int:
+    from .sandbox import sandbox
+    return sandbox(_names(args), cap=args.cap, keep=Path(args.keep) if args.keep else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kagglekit")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -203,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     view.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
     view.add_argument("--runs", default="runs", help="where the executed notebooks are")
     view.set_defaults(func=cmd_view)
+    box = sub.add_parser("sandbox", help="run what push sends in a Kaggle-like sandbox, 3 versions")
+    box.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
+    box.add_argument("--cap", type=int, default=3, help="KAGGLEKIT_WORK_CAP: steps per fit")
+    box.add_argument("--keep", default="", help="keep the versions' folders here")
+    box.set_defaults(func=cmd_sandbox)
     for name, func, text in (("build", cmd_build, "render notebooks for Kaggle into build/kaggle/"),
                              ("push", cmd_push, "build, validate and push as Kaggle kernels"),
                              ("status", cmd_status, "the Kaggle run's status (non-zero on ERROR)"),

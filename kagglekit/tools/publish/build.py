@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import credentials, metadata
+from . import credentials, metadata, wheels
 
 MAX_SOURCE_BYTES = 1_000_000  # Kaggle refuses a larger notebook (HTTP 400)
 INSTALL_MARK = "# kagglekit: embedded wheel"
@@ -78,7 +78,10 @@ def git_state() -> dict:
 EXPECTED_GPUS = {"NvidiaTeslaT4": "2:T4"}  # machine_shape -> "count:name" the run must see
 
 
-def install_cell(wheel: Path, provenance: dict, machine_shape: str = "NvidiaTeslaT4") -> dict:
+def install_cell(wheel: Path, provenance: dict, machine_shape: str = "NvidiaTeslaT4",
+                 extras: dict | None = None, owner: str = "") -> dict:
+    """The hidden first cell: the embedded kit, then ``extras`` ({package: wheel file
+    prefix}) from the attached wheels dataset, or an error naming what is missing."""
     payload = base64.b64encode(wheel.read_bytes()).decode()
     expect = EXPECTED_GPUS.get(machine_shape, "")
     source = f'''{INSTALL_MARK} {wheel.name} (commit {provenance["commit"][:12]}{" +dirty" if provenance["dirty"] else ""})
@@ -92,15 +95,38 @@ subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
                 "--target", os.path.join(_dir, "site"), _whl], check=True)
 sys.path.insert(0, os.path.join(_dir, "site"))
 os.environ["KAGGLEKIT_EXPECT_GPUS"] = "{expect}"  # kk.start() checks the GPUs Kaggle gave
-'''
+''' + (_extras_source(extras, owner) if extras else "")
     # Hidden in Kaggle's viewer (_kg_hide-input) and in JupyterLab (source_hidden).
     return {"cell_type": "code", "execution_count": None, "outputs": [], "source": source,
             "metadata": {"_kg_hide-input": True, "jupyter": {"source_hidden": True},
                          "tags": ["kagglekit-install"]}}
 
 
+def _extras_source(extras: dict, owner: str) -> str:
+    """Install what Kaggle's image lacks from the wheels dataset, in either /kaggle/input
+    layout; fail here, naming the package and the fix, before any work."""
+    return f'''# Packages Kaggle's image lacks: from the attached dataset {owner}/kagglekit-wheels.
+import glob
+_inputs = os.path.join(os.environ.get("KAGGLEKIT_ROOT", "/kaggle"), "input")  # a simulated root in tests
+_wanted = {extras!r}
+_found = {{name: sorted(glob.glob(os.path.join(_inputs, "datasets", "*", "kagglekit-wheels", prefix + "*.whl"))
+                        + glob.glob(os.path.join(_inputs, "kagglekit-wheels", prefix + "*.whl")))
+          for name, prefix in _wanted.items()}}
+_missing = [f"{{name}} (a wheel {{_wanted[name]}}*.whl)" for name, hits in _found.items() if not hits]
+if _missing:
+    raise ModuleNotFoundError(
+        f"{{', '.join(_missing)}}: not in Kaggle's image, and no attached input holds its wheel. "
+        "Attach the dataset {owner}/kagglekit-wheels (make push creates it and attaches it to "
+        "every notebook that needs it), or turn the kernel's internet on and pip install it.") from None
+subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                "--target", os.path.join(_dir, "site"), *[hits[0] for hits in _found.values()]],
+               check=True)
+'''
+
+
 def render(notebook: Path, params: dict, wheel: Path, out: Path,
-           machine_shape: str = "NvidiaTeslaT4", untracked: bool = False) -> dict:
+           machine_shape: str = "NvidiaTeslaT4", untracked: bool = False,
+           extras: dict | None = None, owner: str = "") -> dict:
     """Inject ``params`` (papermill prepare-only), strip local traces, embed the wheel."""
     import papermill
     with tempfile.TemporaryDirectory() as tmp:
@@ -115,7 +141,7 @@ def render(notebook: Path, params: dict, wheel: Path, out: Path,
             cell["outputs"], cell["execution_count"] = [], None
     provenance = {**git_state(), "version": _version()}
     provenance["dirty"] = provenance["dirty"] or untracked  # new files went into the wheel
-    cell = install_cell(wheel, provenance, machine_shape)
+    cell = install_cell(wheel, provenance, machine_shape, extras, owner)
     if (nb.get("nbformat"), nb.get("nbformat_minor", 0)) >= (4, 5):
         cell["id"] = "kagglekit-install"  # nbformat 4.5 requires an id on every cell
     nb["cells"].insert(0, cell)
@@ -157,8 +183,9 @@ def build(name: str, *, metadata_dir=Path("kernel-metadata"), notebooks_dir=Path
         wheel, untracked = build_wheel(out_root / "_wheel")
     code_file = f"{meta['slug']}.ipynb"
     notebook = Path(notebooks_dir) / f"{meta.get('notebook', name)}.ipynb"
+    extras = {name: wheels.wheel_name(name, wheels.pinned(name)) for name in meta.get("wheels", [])}
     render(notebook, {**meta.get("parameters", {}), **(overrides or {})}, wheel, out / code_file,
-           meta["machine_shape"], untracked)
+           meta["machine_shape"], untracked, extras, owner)
     (out / "kernel-metadata.json").write_text(
         json.dumps(metadata.kaggle_metadata(meta, owner, code_file), indent=2) + "\n")
     _refuse_secrets(out)

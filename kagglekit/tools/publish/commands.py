@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from . import credentials, kaggle_cli, metadata
-from .build import build
+from . import build as build_mod, wheels
+from .build import build, build_root
 
 METADATA_DIR = Path("kernel-metadata")
 LOG_TAIL = 30  # lines of an ERROR run's log that `make status` shows
@@ -35,6 +36,11 @@ def push_all(names: list[str], accelerator: str) -> int:
         return 2
     owner = credentials.username()  # before any work: a push needs an account
     folders = [build(name, owner=owner) for name in names]
+    try:
+        _publish_wheels(names, owner)
+    except (kaggle_cli.KaggleError, wheels.WheelError) as err:
+        print(f"error: the wheels dataset: {err}", file=sys.stderr)
+        return 1
     results = []
     for name, folder in zip(names, folders):
         try:
@@ -51,6 +57,20 @@ def push_all(names: list[str], accelerator: str) -> int:
     if len(results) > 1:
         print("\n".join(["", "push summary:"] + [f"  {n}: {s} ({d})" for n, s, d in results]))
     return 0 if all(state == "pushed" for _, state, _ in results) else 1
+
+
+def _publish_wheels(names: list[str], owner: str) -> None:
+    """The wheels dataset the pushed notebooks install from, created or versioned and
+    ready before the first of them is pushed."""
+    extras = sorted({w for name in names for w in metadata.load(
+        METADATA_DIR / f"{name}.json").get("wheels", [])})
+    if not extras:
+        return
+    root = build_root()
+    kit_wheel = next((root / "_wheel").glob("kagglekit-*.whl"))
+    folder = wheels.build_dataset(root / "_wheels_dataset", owner, kit_wheel, extras)
+    commit = build_mod.git_state()["commit"][:12]
+    print(wheels.publish(folder, owner, f"kagglekit {commit}: {', '.join(extras)}"))
 
 
 def status_all(names: list[str], wait: bool, timeout: float) -> int:

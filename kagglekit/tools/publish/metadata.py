@@ -19,7 +19,7 @@ _MODEL = re.compile(r"^[^/\s]+/[^/\s]+/[^/\s]+/[^/\s]+/\d+$")
 KNOWN = {"slug", "title", "notebook", "is_private", "enable_internet", "enable_tpu",
          "machine_shape", "docker_image_pinning_type", "dataset_sources", "competition_sources",
          "kernel_sources", "model_sources", "keywords", "resume_from_previous_version",
-         "parameters"}
+         "parameters", "wheels"}
 PINNING = ("original", "latest")  # keep the image a kernel first ran on, or take the newest
 
 
@@ -82,6 +82,10 @@ def validate(meta: dict, path: Path, notebooks_dir: Path = Path("notebooks")) ->
     _check_sources(meta, problems)
     if not isinstance(meta.get("parameters", {}), dict):
         problems.append(("parameters", "must be an object of notebook parameters"))
+    wheels = meta.get("wheels", [])
+    if not (isinstance(wheels, list) and all(isinstance(w, str) and w for w in wheels)):
+        problems.append(("wheels", "must be a list of package names Kaggle's image lacks "
+                                   "(pinned in requirements.txt), e.g. [\"torch-geometric\"]"))
     if problems:
         lines = "\n".join(f"  {path}: {field}: {why}" for field, why in problems)
         raise MetadataError(f"invalid kernel metadata:\n{lines}")
@@ -107,15 +111,19 @@ def load(path: Path, notebooks_dir: Path = Path("notebooks")) -> dict:
 
 
 def kaggle_metadata(meta: dict, owner: str, code_file: str) -> dict:
-    """The kernel-metadata.json that ``kaggle kernels push`` reads."""
+    """The kernel-metadata.json that ``kaggle kernels push`` reads (the wheels dataset
+    attached when the notebook needs packages Kaggle's image lacks)."""
     kernel_id = f"{owner}/{meta['slug']}"
+    datasets = list(meta.get("dataset_sources", []))
+    if meta.get("wheels") and f"{owner}/kagglekit-wheels" not in datasets:
+        datasets.append(f"{owner}/kagglekit-wheels")
     kernel_sources = list(meta.get("kernel_sources", []))
     if meta.get("resume_from_previous_version") and kernel_id not in kernel_sources:
         kernel_sources.append(kernel_id)  # mounts this kernel's last output: the resume chain
     return {"id": kernel_id, "title": meta["title"], "code_file": code_file, "language": "python",
             "kernel_type": "notebook", "is_private": meta["is_private"], "enable_gpu": True,
             "enable_internet": meta["enable_internet"], "machine_shape": meta["machine_shape"],
-            "dataset_sources": meta.get("dataset_sources", []),
+            "dataset_sources": datasets,
             "competition_sources": meta.get("competition_sources", []),
             "kernel_sources": kernel_sources, "model_sources": meta.get("model_sources", []),
             "keywords": meta.get("keywords", []), "enable_tpu": meta.get("enable_tpu", False),

@@ -1,0 +1,139 @@
+"""The wheels dataset: what Kaggle's image lacks, reaching a kernel with internet off.
+
+A private Kaggle dataset ``<owner>/kagglekit-wheels`` holds the kit's own wheel and
+the wheel of every extra package a notebook names in its kernel-metadata
+(``"wheels": ["torch-geometric"]``), at the versions requirements.txt pins. ``make
+push`` builds it, creates or versions it with the real kaggle CLI, waits until
+Kaggle has processed it, and attaches it through ``dataset_sources``; the
+notebook's first cell installs from it (``--no-index --no-deps``, into a private
+folder: the image's torch is never replaced).
+
+The kit stays embedded in every notebook as well: each kernel version then carries
+the exact code it ran, and a notebook without extras needs no dataset at all.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SLUG = "kagglekit-wheels"
+TITLE = "kagglekit wheels"
+REQUIREMENTS = Path("requirements.txt")
+
+
+class WheelError(RuntimeError):
+    """An extra package cannot be pinned or fetched."""
+
+
+def pinned(package: str, requirements: Path = REQUIREMENTS) -> str:
+    """``package``'s exact version in requirements.txt (names compared as pip does)."""
+    wanted = _normal(package)
+    for line in requirements.read_text().splitlines():
+        m = re.match(r"\s*([A-Za-z0-9_.-]+)\s*==\s*([^\s;#]+)", line)
+        if m and _normal(m.group(1)) == wanted:
+            return m.group(2)
+    raise WheelError(f"{package!r} (a notebook's \"wheels\") is not pinned with == in {requirements}: "
+                     "pin it there, so that Kaggle runs the version the tests ran")
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wheel_name(package: str, version: str) -> str:
+    """The file name prefix of a wheel (``torch_geometric-2.8.1-``)."""
+    return f"{re.sub(r'[-.]+', '_', package)}-{version}-"
+
+
+def fetch(packages: list[str], folder: Path) -> dict[str, Path]:
+    """Each package's pinned wheel in ``folder`` (pure-Python or manylinux, no dependencies:
+    the image has those); already there, it is not fetched again."""
+    folder.mkdir(parents=True, exist_ok=True)
+    found = {}
+    for package in packages:
+        version = pinned(package)
+        have = sorted(folder.glob(wheel_name(package, version) + "*.whl"))
+        if not have:
+            done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                                   "--only-binary=:all:", "-d", str(folder), f"{package}=={version}"],
+                                  capture_output=True, text=True)
+            have = sorted(folder.glob(wheel_name(package, version) + "*.whl"))
+            if done.returncode != 0 or not have:
+                raise WheelError(f"could not fetch the wheel of {package}=={version}:\n"
+                                 f"{done.stderr.strip()[-1500:]}")
+        found[package] = have[0]
+    return found
+
+
+def build_dataset(folder: Path, owner: str, kit_wheel: Path, packages: list[str]) -> Path:
+    """``folder`` as a Kaggle dataset: the kit's wheel, the extras' wheels, its metadata."""
+    import shutil
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("kagglekit-*.whl"):
+        old.unlink()
+    shutil.copy2(kit_wheel, folder / kit_wheel.name)
+    fetch(packages, folder)
+    (folder / "dataset-metadata.json").write_text(json.dumps(
+        {"title": TITLE, "id": f"{owner}/{SLUG}", "licenses": [{"name": "other"}],
+         "description": "Wheels kagglekit notebooks install offline (make push keeps it)."},
+        indent=2) + "\n")
+    return folder
+
+
+def manifest(folder: Path) -> dict:
+    """Every wheel's content digest: what the dataset's current version must hold. The
+    files inside, not the zip's bytes: a rebuilt wheel of the same code has new
+    timestamps, and must not make a new dataset version."""
+    import zipfile
+    digests = {}
+    for path in sorted(folder.glob("*.whl")):
+        h = hashlib.sha256()
+        with zipfile.ZipFile(path) as z:
+            for name in sorted(z.namelist()):
+                h.update(name.encode() + b"\0" + z.read(name))
+        digests[path.name] = h.hexdigest()
+    return digests
+
+
+def publish(folder: Path, owner: str, message: str, timeout_s: float = 600) -> str:
+    """Create or version ``<owner>/kagglekit-wheels`` from ``folder`` (unless Kaggle already
+    has these exact wheels) and wait until it is ready; what was done, in words."""
+    from .kaggle_cli import KaggleError, run_cli
+    ref = f"{owner}/{SLUG}"
+    record = folder / ".published.json"
+    wanted = manifest(folder)
+    try:
+        run_cli("datasets", "status", ref)
+        exists = True
+    except KaggleError:
+        exists = False
+    if exists and record.exists() and json.loads(record.read_text()) == wanted:
+        return f"{ref}: unchanged"
+    if exists:
+        out = run_cli("datasets", "version", "-p", str(folder), "-m", message, "--dir-mode", "skip")
+    else:
+        out = run_cli("datasets", "create", "-p", str(folder), "--dir-mode", "skip")
+    refused = re.search(r"creation error: (.*)", out)  # the CLI says so, yet exits 0
+    if refused:
+        raise KaggleError(f"Kaggle refused the dataset {ref}: {refused.group(1).strip()}")
+    _wait_ready(ref, timeout_s)
+    record.write_text(json.dumps(wanted))
+    return f"{ref}: {'new version' if exists else 'created'}"
+
+
+def _wait_ready(ref: str, timeout_s: float) -> None:
+    from .kaggle_cli import KaggleError, run_cli
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = run_cli("datasets", "status", ref).strip().splitlines()[-1].strip().lower()
+        if status == "ready":
+            return
+        if status in ("failed", "deleted") or time.monotonic() > deadline:
+            raise KaggleError(f"dataset {ref} is {status!r}, not ready: the kernels that attach it "
+                              "would start without their wheels")
+        time.sleep(5)

@@ -1,0 +1,203 @@
+"""``make sandbox``: what ``make push`` sends, run the way Kaggle runs it, version after version.
+
+For each notebook: the exact build ``make push`` uploads (Kaggle parameters rendered in,
+the kit embedded, the wheels dataset for what the image lacks), executed by papermill in
+a kernel environment that holds the packages of Kaggle's image (``sandbox/kaggle-image.txt``,
+a venv of its own: never the project's, never the kit installed), three versions in a row:
+
+    <root>/input/datasets/sandbox/kagglekit-wheels   the wheels dataset (read-only)
+    <root>/input/notebooks/sandbox/<slug>             the previous version's output (read-only)
+    <root>/working                                   this version's output
+
+with the internet dead (proxies at a closed port, pip without an index or config) and
+``KAGGLE_KERNEL_RUN_TYPE=Batch``. Every value that shapes the computation is the
+notebook's Kaggle parameter; only the amount of work is capped (``KAGGLEKIT_WORK_CAP``,
+see ``workcap``). Version 1 may train; versions 2 and 3 must resume or skip each fit
+(metrics.json's "chain" says which), never train from step 0 again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+IMAGE = Path("sandbox/kaggle-image.txt")
+VENV = Path(".sandbox/venv")
+OWNER = "sandbox"
+VERSIONS = 3
+CAP = 3  # optimizer steps per fit (and batches per epoch) in the sandbox
+DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens, every request fails
+
+
+@dataclass
+class Outcome:
+    notebook: str
+    version: int
+    ok: bool
+    seconds: float
+    verdict: str
+
+
+def kernel_python(image: Path = IMAGE, venv: Path = VENV) -> Path:
+    """The sandbox venv's interpreter; (re)built when the image list changed."""
+    python = venv / "bin" / "python"
+    stamp = venv / ".image-sha256"
+    wanted = hashlib.sha256(image.read_bytes()).hexdigest()
+    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
+        return python
+    print(f"sandbox: building the kernel environment {venv} from {image} (once)", flush=True)
+    shutil.rmtree(venv, ignore_errors=True)
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", str(venv)], check=True)
+    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet",
+                           "--disable-pip-version-check", "-r", str(image)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"pip could not install {image} into {venv}:\n{done.stderr[-3000:]}")
+    lacking = subprocess.run([str(python), "-I", "-c", "import importlib.util as u; "
+                              "print([m for m in ('torch_geometric', 'kagglekit') if u.find_spec(m)])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    if lacking != "[]":
+        raise RuntimeError(f"the sandbox kernel environment must not have {lacking}")
+    stamp.write_text(wanted)
+    return python
+
+
+def _kernelspec(folder: Path, python: Path) -> Path:
+    spec = folder / "kernels" / "kaggle-image"
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [str(python.absolute()), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Kaggle image (sandbox)", "language": "python"}))
+    return folder
+
+
+def _kernel_env(root: Path, jupyter: Path, tmp: Path, cap: int) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("KAGGLE", "PIP_", "PYTHON", "JUPYTER"))
+           and k.lower() not in ("http_proxy", "https_proxy", "no_proxy", "all_proxy")}
+    env.update(KAGGLEKIT_ROOT=str(root), KAGGLE_KERNEL_RUN_TYPE="Batch", KAGGLEKIT_BATCH="1",
+               KAGGLEKIT_WORK_CAP=str(cap), JUPYTER_PATH=str(jupyter), TMPDIR=str(tmp),
+               HTTP_PROXY=DEAD_PROXY, HTTPS_PROXY=DEAD_PROXY, http_proxy=DEAD_PROXY,
+               https_proxy=DEAD_PROXY, NO_PROXY="", no_proxy="", PIP_NO_INDEX="1",
+               PIP_CONFIG_FILE=os.devnull)  # no index, no find-links: only the wheels attached
+    from ..gpus import inventory
+    if not inventory():
+        env["KAGGLEKIT_ALLOW_NO_GPU"] = "1"  # a CPU sandbox: the T4 check warns, not fails
+    return env
+
+
+def _mount(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` read-only, as Kaggle mounts an input."""
+    shutil.copytree(source, target, symlinks=True)
+    for path in [target, *target.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode & ~0o222)
+
+
+def _fingerprint(folder: Path) -> dict:
+    """What an input holds (a root user ignores the read-only bits: compare instead)."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _unmount(folder: Path) -> None:
+    for path in [folder, *folder.rglob("*")]:
+        if path.exists() and not path.is_symlink():
+            path.chmod(path.stat().st_mode | 0o200)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_version(built: Path, slug: str, version: int, root: Path, previous: Path | None,
+                wheels_dataset: Path, jupyter: Path, cap: int) -> Outcome:
+    """One kernel version: mount the inputs, execute, check the inputs and the chain."""
+    name = built.stem
+    inputs = root / "input"
+    _mount(wheels_dataset, inputs / "datasets" / OWNER / "kagglekit-wheels")
+    if previous is not None:
+        _mount(previous, inputs / "notebooks" / OWNER / slug)
+    working = root / "working"
+    working.mkdir(parents=True)
+    before = _fingerprint(inputs)
+    tmp = Path(tempfile.mkdtemp(prefix="kksb-"))  # short: AF_UNIX socket paths stop at 108 bytes
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "papermill", str(built), str(working / built.name),
+             "-k", "kaggle-image", "--cwd", str(working), "--no-progress-bar"],
+            env=_kernel_env(root, jupyter, tmp, cap), capture_output=True, text=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        return Outcome(name, version, False, seconds, _first_error(working / built.name, done))
+    if _fingerprint(inputs) != before:
+        return Outcome(name, version, False, seconds, "FAILED: the run wrote into /kaggle/input")
+    metrics = json.loads((working / "metrics.json").read_text())
+    ok, text = verdict(version, metrics.get("chain", {}))
+    return Outcome(name, version, ok, seconds, text)
+
+
+def _first_error(executed: Path, done: subprocess.CompletedProcess) -> str:
+    try:
+        for cell in json.loads(executed.read_text())["cells"]:
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "error":
+                    return f"FAILED: {out['ename']}: {out['evalue'][:400]}"
+    except (OSError, ValueError, KeyError):
+        pass
+    return f"FAILED: papermill exit {done.returncode}: {done.stderr.strip()[-400:]}"
+
+
+def verdict(version: int, chain: dict) -> tuple[bool, str]:
+    """Version 1 may train; later versions must resume, skip or hit the cache."""
+    groups: dict[str, list[str]] = {}
+    for label, did in chain.items():
+        groups.setdefault(did, []).append(label)
+    text = "; ".join(f"{did}: {', '.join(labels)}" for did, labels in sorted(groups.items()))
+    retrained = groups.get("trained", []) + groups.get("computed", []) if version > 1 else []
+    if retrained:
+        return False, f"FAILED: trained again from scratch: {', '.join(retrained)} ({text})"
+    return True, f"ok ({text or 'no fits'})"
+
+
+def sandbox(names: list[str], cap: int = CAP, keep: Path | None = None) -> int:
+    """Every notebook in ``names``, three versions each; 0 when all are ok."""
+    from .publish import build as build_mod, metadata, wheels
+    python = kernel_python()
+    work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="kagglekit-sandbox-"))
+    outcomes = []
+    try:
+        jupyter = _kernelspec(work / "jupyter", python)
+        kit_wheel, _ = build_mod.build_wheel(work / "build" / "_wheel")
+        metas = {n: metadata.load(Path("kernel-metadata") / f"{n}.json") for n in names}
+        extras = sorted({w for m in metas.values() for w in m.get("wheels", [])})
+        dataset = wheels.build_dataset(work / "wheels", OWNER, kit_wheel, extras)
+        for name in names:
+            built = build_mod.build(name, out_root=work / "build", wheel=kit_wheel, owner=OWNER)
+            notebook = built / f"{metas[name]['slug']}.ipynb"
+            previous = None
+            for version in range(1, VERSIONS + 1):
+                root = work / name / f"v{version}"
+                outcome = run_version(notebook, metas[name]["slug"], version, root, previous,
+                                      dataset, jupyter, cap)
+                print(f"sandbox {name} v{version}: {outcome.verdict} [{outcome.seconds:.1f} s]",
+                      flush=True)
+                outcomes.append(outcome)
+                if not outcome.ok:
+                    break
+                previous = root / "working"
+    finally:
+        if keep is None:
+            _unmount(work)
+    failed = [o for o in outcomes if not o.ok]
+    print(f"sandbox: {len(outcomes) - len(failed)} of {len(outcomes)} versions ok"
+          f"{' (work capped at ' + str(cap) + ' steps)' if cap else ''}")
+    return 1 if failed or not outcomes else 0

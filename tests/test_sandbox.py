@@ -1,0 +1,84 @@
+"""What `make push` sends, run in Kaggle's image, three versions per notebook (`make sandbox`).
+
+Marked ``sandbox``: ``pytest -m sandbox`` runs these alone. The kernel environment is
+built once from sandbox/kaggle-image.txt (about a minute on a fresh machine).
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted(p.stem for p in (REPO / "kernel-metadata").glob("*.json"))  # all six
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def kernel_env():
+    """The sandbox venv (built once; reused while sandbox/kaggle-image.txt is unchanged)."""
+    import os
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        from kagglekit.tools.sandbox import kernel_python
+        python = kernel_python()
+    finally:
+        os.chdir(cwd)
+    have = subprocess.run([str(python), "-I", "-c", "import importlib.util as u, torch, numpy; "
+                           "print(u.find_spec('torch_geometric') is None, u.find_spec('kagglekit') is None,"
+                           " numpy.__version__)"], capture_output=True, text=True, check=True)
+    assert have.stdout.split() == ["True", "True", "2.0.2"]  # Kaggle's numpy; no PyG, no kit
+    return python
+
+
+def test_every_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_or_skip(
+        kernel_env, tmp_path):
+    """All six in one sandbox run (one wheel build, one wheels dataset), as `make sandbox`."""
+    done = subprocess.run([sys.executable, "-m", "kagglekit.tools.cli", "sandbox",
+                           "--keep", str(tmp_path / "box")], cwd=REPO, capture_output=True,
+                          text=True, timeout=1500)
+    print(done.stdout)
+    for notebook in NOTEBOOKS:
+        lines = [line for line in done.stdout.splitlines() if line.startswith(f"sandbox {notebook} v")]
+        assert len(lines) == 3 and all(": ok (" in line for line in lines), done.stdout + done.stderr[-3000:]
+        for version in (2, 3):
+            metrics = json.loads((tmp_path / "box" / notebook / f"v{version}" / "working" /
+                                  "metrics.json").read_text())
+            assert metrics["env"]["where"] == "kaggle (Batch) [simulated]"
+            assert "/kagglekit-" in metrics["env"]["kagglekit_path"]  # embedded, not the checkout
+            chain = metrics.get("chain", {})
+            assert set(chain.values()) <= {"skipped", "resumed", "cached", "hit"}, (notebook, chain)
+            assert chain or notebook == "gpu_utilization"  # a measurement: nothing to resume
+    assert done.returncode == 0
+
+
+def test_a_missing_wheel_fails_in_the_first_cell_naming_the_package_and_the_fix(kernel_env, tmp_path):
+    """The GNN without the wheels dataset attached: torch-geometric is not in Kaggle's image."""
+    import os
+    from kagglekit.tools import sandbox
+    from kagglekit.tools.publish import build as build_mod
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        built = build_mod.build("gnn_node_classification", out_root=tmp_path / "build",
+                                owner=sandbox.OWNER)
+        empty = tmp_path / "no-wheels"
+        empty.mkdir()
+        jupyter = sandbox._kernelspec(tmp_path / "jupyter", kernel_env)
+        outcome = sandbox.run_version(built / "kagglekit-gnn-node-classification.ipynb",
+                                      "kagglekit-gnn-node-classification", 1, tmp_path / "v1",
+                                      None, empty, jupyter, sandbox.CAP)
+    finally:
+        os.chdir(cwd)
+    assert not outcome.ok
+    assert outcome.verdict.startswith("FAILED: ModuleNotFoundError: torch-geometric (a wheel "
+                                      "torch_geometric-2.8.1-*.whl): not in Kaggle's image")
+    assert "sandbox/kagglekit-wheels" in outcome.verdict and "make push" in outcome.verdict
+    executed = json.loads((tmp_path / "v1" / "working" / "kagglekit-gnn-node-classification.ipynb")
+                          .read_text())
+    errors = [i for i, c in enumerate(executed["cells"])
+              if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    assert errors == [0]  # the first cell, before any work
