@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kagglekit-installed
+SANDBOX_STAMP := .sandbox/venv/.image-sha256
 NB ?=
 P ?=
 PYTEST_ARGS ?=
@@ -44,8 +45,12 @@ runs: $(STAMP)
 view: $(STAMP)
 	$(PY) -m kagglekit.tools.cli view $(NB)
 
-## test: the whole suite on CPU (GPU tests are skipped without a GPU)
-test: $(STAMP)
+# The sandbox's kernel environment: Kaggle's image (sandbox/kaggle-image.txt), a venv of its own.
+$(SANDBOX_STAMP): sandbox/kaggle-image.txt $(STAMP)
+	$(PY) -c "from kagglekit.tools.sandbox import kernel_python; kernel_python()"
+
+## test: the whole suite on CPU (GPU tests are skipped without a GPU; `make sandbox` runs beside it)
+test: $(STAMP) $(SANDBOX_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 ## build / push / status / logs / output / pull / compare: the Kaggle round trip (NB=name; push of every notebook needs ALL=1)
@@ -76,8 +81,12 @@ soak: $(STAMP)
 	$(PY) tests/soak.py
 
 ## sandbox: what push sends, run in Kaggle's image (sandbox/kaggle-image.txt), 3 versions each (NB=name)
-sandbox: $(STAMP)
+sandbox: $(STAMP) $(SANDBOX_STAMP)
 	$(PY) -m kagglekit.tools.cli sandbox $(NB) $(if $(CAP),--cap $(CAP))
+
+## gpu-check: on a CUDA machine, the gpu tests, gpu_figures.py and the sandbox, dated rows into RESULTS.md
+gpu-check: $(STAMP)
+	$(PY) benchmarks/gpu_check.py
 
 ## bench: measured ratios against baselines taken in the same run
 bench: $(STAMP)

@@ -18,6 +18,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_collection_finish(session):
+    """`make sandbox` runs beside the rest of the suite when its test was collected: it is
+    mostly kernel start-ups and waiting, and takes minutes; its test collects the result."""
+    if not any(item.get_closest_marker("sandbox") and "every_notebook" in item.name
+               for item in session.items):
+        return
+    import subprocess
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix="kkbox-"))
+    log = open(folder / "sandbox.log", "w")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KAGGLE_", "KAGGLEKIT_"))}
+    proc = subprocess.Popen([sys.executable, "-m", "kagglekit.tools.cli", "sandbox",
+                             "--keep", str(folder / "box")], cwd=REPO, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    session.config.kagglekit_sandbox = (proc, folder, log)
+
+
 @pytest.fixture(autouse=True)
 def hermetic_env(monkeypatch, tmp_path):
     """No test sees the developer's Kaggle credentials, a real /kaggle, or a GPU override."""

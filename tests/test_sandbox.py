@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def kernel_env():
-    """The sandbox venv (built once; reused while sandbox/kaggle-image.txt is unchanged)."""
+    """The sandbox venv (`make test` builds it first; reused while the image list is unchanged)."""
     import os
     cwd = os.getcwd()
     os.chdir(REPO)
@@ -35,24 +35,33 @@ def kernel_env():
 
 
 def test_every_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_or_skip(
-        kernel_env, tmp_path):
-    """All six in one sandbox run (one wheel build, one wheels dataset), as `make sandbox`."""
-    done = subprocess.run([sys.executable, "-m", "kagglekit.tools.cli", "sandbox",
-                           "--keep", str(tmp_path / "box")], cwd=REPO, capture_output=True,
-                          text=True, timeout=1500)
-    print(done.stdout)
-    for notebook in NOTEBOOKS:
-        lines = [line for line in done.stdout.splitlines() if line.startswith(f"sandbox {notebook} v")]
-        assert len(lines) == 3 and all(": ok (" in line for line in lines), done.stdout + done.stderr[-3000:]
-        for version in (2, 3):
-            metrics = json.loads((tmp_path / "box" / notebook / f"v{version}" / "working" /
-                                  "metrics.json").read_text())
-            assert metrics["env"]["where"] == "kaggle (Batch) [simulated]"
-            assert "/kagglekit-" in metrics["env"]["kagglekit_path"]  # embedded, not the checkout
-            chain = metrics.get("chain", {})
-            assert set(chain.values()) <= {"skipped", "resumed", "cached", "hit"}, (notebook, chain)
-            assert chain or notebook == "gpu_utilization"  # a measurement: nothing to resume
-    assert done.returncode == 0
+        kernel_env, request):
+    """All six in one sandbox run (started by conftest when the suite began, beside it)."""
+    import shutil
+    proc, folder, log = request.config.kagglekit_sandbox
+    try:
+        proc.wait(timeout=1800)
+        log.close()
+        out = (folder / "sandbox.log").read_text()
+        print(out)
+        for notebook in NOTEBOOKS:
+            lines = [line for line in out.splitlines() if line.startswith(f"sandbox {notebook} v")]
+            assert len(lines) == 3 and all(": ok (" in line for line in lines), out[-4000:]
+            for version in (2, 3):
+                _check_a_later_version(notebook, folder / "box" / notebook / f"v{version}" / "working")
+        assert proc.returncode == 0
+    finally:
+        proc.kill()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _check_a_later_version(notebook: str, working: Path) -> None:
+    metrics = json.loads((working / "metrics.json").read_text())
+    assert metrics["env"]["where"] == "kaggle (Batch) [simulated]"
+    assert "/kagglekit-" in metrics["env"]["kagglekit_path"]  # embedded, not the checkout
+    chain = metrics.get("chain", {})
+    assert set(chain.values()) <= {"skipped", "resumed", "cached", "hit"}, (notebook, chain)
+    assert chain or notebook == "gpu_utilization"  # a measurement: nothing to resume
 
 
 def test_a_missing_wheel_fails_in_the_first_cell_naming_the_package_and_the_fix(kernel_env, tmp_path):
@@ -79,6 +88,7 @@ def test_a_missing_wheel_fails_in_the_first_cell_naming_the_package_and_the_fix(
     assert "sandbox/kagglekit-wheels" in outcome.verdict and "make push" in outcome.verdict
     executed = json.loads((tmp_path / "v1" / "working" / "kagglekit-gnn-node-classification.ipynb")
                           .read_text())
-    errors = [i for i, c in enumerate(executed["cells"])
-              if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
-    assert errors == [0]  # the first cell, before any work
+    code = [c for c in executed["cells"] if c["cell_type"] == "code"]
+    assert "kagglekit-install" in code[0]["metadata"]["tags"]  # the first cell, before any work
+    assert [o["output_type"] for o in code[0]["outputs"]][-1] == "error"
+    assert all(c["execution_count"] is None for c in code[1:])  # nothing after it ran

@@ -188,7 +188,8 @@ def cmd_compare(args) -> int:
 
 def cmd_sandbox(args) -> int:
     from .sandbox import sandbox
-    return sandbox(_names(args), cap=args.cap, keep=Path(args.keep) if args.keep else None)
+    return sandbox(_names(args), cap=args.cap, keep=Path(args.keep) if args.keep else None,
+                   jobs=args.jobs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,8 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     view.set_defaults(func=cmd_view)
     box = sub.add_parser("sandbox", help="run what push sends in a Kaggle-like sandbox, 3 versions")
     box.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
-    box.add_argument("--cap", type=int, default=3, help="KAGGLEKIT_WORK_CAP: steps per fit")
+    box.add_argument("--cap", type=int, default=1, help="KAGGLEKIT_WORK_CAP: steps per fit")
     box.add_argument("--keep", default="", help="keep the versions' folders here")
+    box.add_argument("--jobs", type=int, default=1, help="notebooks run at the same time")
     box.set_defaults(func=cmd_sandbox)
     for name, func, text in (("build", cmd_build, "render notebooks for Kaggle into build/kaggle/"),
                              ("push", cmd_push, "build, validate and push as Kaggle kernels"),

@@ -32,7 +32,7 @@ IMAGE = Path("sandbox/kaggle-image.txt")
 VENV = Path(".sandbox/venv")
 OWNER = "sandbox"
 VERSIONS = 3
-CAP = 3  # optimizer steps per fit (and batches per epoch) in the sandbox
+CAP = 1  # KAGGLEKIT_WORK_CAP in the sandbox: one step per fit, one batch per loop
 DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens, every request fails
 
 
@@ -168,8 +168,26 @@ def verdict(version: int, chain: dict) -> tuple[bool, str]:
     return True, f"ok ({text or 'no fits'})"
 
 
-def sandbox(names: list[str], cap: int = CAP, keep: Path | None = None) -> int:
-    """Every notebook in ``names``, three versions each; 0 when all are ok."""
+def _versions(name: str, meta: dict, built: Path, work: Path, dataset: Path, jupyter: Path,
+              cap: int) -> list[Outcome]:
+    """Versions 1 to 3 of one notebook, each mounting the previous one's output."""
+    outcomes, previous = [], None
+    notebook = built / f"{meta['slug']}.ipynb"
+    for version in range(1, VERSIONS + 1):
+        root = work / name / f"v{version}"
+        outcome = run_version(notebook, meta["slug"], version, root, previous, dataset, jupyter, cap)
+        print(f"sandbox {name} v{version}: {outcome.verdict} [{outcome.seconds:.1f} s]", flush=True)
+        outcomes.append(outcome)
+        if not outcome.ok:
+            break
+        previous = root / "working"
+    return outcomes
+
+
+def sandbox(names: list[str], cap: int = CAP, keep: Path | None = None, jobs: int = 1) -> int:
+    """Every notebook in ``names``, three versions each (``jobs`` notebooks at a time);
+    0 when all are ok."""
+    from concurrent.futures import ThreadPoolExecutor
     from .publish import build as build_mod, metadata, wheels
     python = kernel_python()
     work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="kagglekit-sandbox-"))
@@ -180,20 +198,12 @@ def sandbox(names: list[str], cap: int = CAP, keep: Path | None = None) -> int:
         metas = {n: metadata.load(Path("kernel-metadata") / f"{n}.json") for n in names}
         extras = sorted({w for m in metas.values() for w in m.get("wheels", [])})
         dataset = wheels.build_dataset(work / "wheels", OWNER, kit_wheel, extras)
-        for name in names:
-            built = build_mod.build(name, out_root=work / "build", wheel=kit_wheel, owner=OWNER)
-            notebook = built / f"{metas[name]['slug']}.ipynb"
-            previous = None
-            for version in range(1, VERSIONS + 1):
-                root = work / name / f"v{version}"
-                outcome = run_version(notebook, metas[name]["slug"], version, root, previous,
-                                      dataset, jupyter, cap)
-                print(f"sandbox {name} v{version}: {outcome.verdict} [{outcome.seconds:.1f} s]",
-                      flush=True)
-                outcomes.append(outcome)
-                if not outcome.ok:
-                    break
-                previous = root / "working"
+        built = {n: build_mod.build(n, out_root=work / "build", wheel=kit_wheel, owner=OWNER)
+                 for n in names}
+        with ThreadPoolExecutor(max(1, jobs)) as pool:  # each notebook's versions stay in order
+            runs = [pool.submit(_versions, n, metas[n], built[n], work, dataset, jupyter, cap)
+                    for n in names]
+            outcomes = [o for r in runs for o in r.result()]
     finally:
         if keep is None:
             _unmount(work)

@@ -7,6 +7,7 @@ CLI printed and raises KaggleError with the message instead.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -28,9 +29,11 @@ def executable() -> str:
     return str(beside) if beside.exists() else (shutil.which("kaggle") or "kaggle")
 
 
-def run_cli(*args: str, timeout: float = 600) -> str:
-    """Run ``kaggle *args``; its output, or KaggleError naming the command and why."""
-    proc = subprocess.run([executable(), *args], capture_output=True, text=True, timeout=timeout)
+def run_cli(*args: str, timeout: float = 600, env: dict | None = None) -> str:
+    """Run ``kaggle *args`` (``env``: variables to add); its output, or KaggleError naming
+    the command and why."""
+    proc = subprocess.run([executable(), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **env} if env else None)
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:
         raise KaggleError(f"`kaggle {' '.join(args[:2])}` failed (exit {proc.returncode}):\n"

@@ -114,10 +114,15 @@ def publish(folder: Path, owner: str, message: str, timeout_s: float = 600) -> s
         exists = False
     if exists and record.exists() and json.loads(record.read_text()) == wanted:
         return f"{ref}: unchanged"
-    if exists:
-        out = run_cli("datasets", "version", "-p", str(folder), "-m", message, "--dir-mode", "skip")
-    else:
-        out = run_cli("datasets", "create", "-p", str(folder), "--dir-mode", "skip")
+    import tempfile
+    # The CLI keeps resumable-upload state under $TMPDIR/.kaggle: ours, removed afterwards.
+    with tempfile.TemporaryDirectory(prefix="kagglekit-upload-") as tmp:
+        if exists:
+            out = run_cli("datasets", "version", "-p", str(folder), "-m", message, "--dir-mode",
+                          "skip", env={"TMPDIR": tmp})
+        else:
+            out = run_cli("datasets", "create", "-p", str(folder), "--dir-mode", "skip",
+                          env={"TMPDIR": tmp})
     refused = re.search(r"creation error: (.*)", out)  # the CLI says so, yet exits 0
     if refused:
         raise KaggleError(f"Kaggle refused the dataset {ref}: {refused.group(1).strip()}")
