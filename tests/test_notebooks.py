@@ -80,12 +80,13 @@ def test_quickstart_trains_then_a_rerun_skips_training(tmp_path):
         assert fit["diagnosis"]["device"] == "cpu" and "no GPU" in fit["diagnosis"]["text"]
     assert (out / "fit_step_time.png").exists()  # the monitoring every run gets
     assert first["summary"][0]["result"] == "validation accuracy" and first["summary"][0]["passed"]
+    assert first["chain"] == {"fit": "trained"}  # what the kernel-version chain checks
     assert_reads_as_a_report(out, "quickstart")
     # Switching CUDA graphs on changes how steps launch, not what they learn: still finished.
     second = _metrics(run_notebook(REPO / "notebooks" / "quickstart.ipynb",
                                    {"smoke": True, "cuda_graphs": "auto"}, output_dir=out,
                                    progress=False))
-    assert second["fit"]["stopped"] == "already_complete"
+    assert second["fit"]["stopped"] == "already_complete" and second["chain"] == {"fit": "skipped"}
     # The skipped rerun keeps the figures of the run that trained, not zeros over them.
     assert second["fit"]["skipped_rerun"] and second["fit"]["steps_this_session"] == 0
     assert second["fit"]["samples_per_s"] == first["fit"]["samples_per_s"] > 0
