@@ -56,8 +56,12 @@ def kernel_python(image: Path = IMAGE, venv: Path = VENV) -> Path:
     shutil.rmtree(venv, ignore_errors=True)
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", str(venv)], check=True)
-    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet",
-                           "--disable-pip-version-check", "-r", str(image)],
+    wanted_torch, packages = _split_torch(image)
+    linked = _link_torch(python, wanted_torch)
+    # --no-compile: bytecode is written at first import instead (halves the install time)
+    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-compile",
+                           "--disable-pip-version-check", *packages,
+                           *([] if linked else [f"torch=={wanted_torch}"])],
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"pip could not install {image} into {venv}:\n{done.stderr[-3000:]}")
@@ -68,6 +72,30 @@ def kernel_python(image: Path = IMAGE, venv: Path = VENV) -> Path:
         raise RuntimeError(f"the sandbox kernel environment must not have {lacking}")
     stamp.write_text(wanted)
     return python
+
+
+def _split_torch(image: Path) -> tuple[str, list[str]]:
+    """(torch's pinned version, every other requirement line) of the image list."""
+    lines = [line.split("#")[0].strip() for line in image.read_text().splitlines()]
+    lines = [line for line in lines if line]
+    torch_pin = next(line for line in lines if line.startswith("torch=="))
+    return torch_pin.split("==")[1], [line for line in lines if line != torch_pin]
+
+
+def _link_torch(python: Path, version: str) -> bool:
+    """Link the project's CPU torch into the kernel environment when it is exactly the pinned
+    build (700 MB not unpacked twice); only torch's own folders, nothing else of that venv."""
+    import torch
+    if torch.__version__.split("+")[0] != version:
+        return False
+    source = Path(torch.__file__).parents[1]
+    target = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                 capture_output=True, text=True, check=True).stdout.strip())
+    names = ["torch", "torchgen", "functorch", *[p.name for p in source.glob("torch-*.dist-info")]]
+    for name in names:
+        if (source / name).exists():
+            (target / name).symlink_to(source / name)
+    return True
 
 
 def _kernelspec(folder: Path, python: Path) -> Path:
