@@ -1,7 +1,8 @@
 """What `make push` sends, run in Kaggle's image, three versions per notebook (`make sandbox`).
 
-Marked ``sandbox``: ``pytest -m sandbox`` runs these alone. The kernel environment is
-built once from sandbox/kaggle-image.txt (about a minute on a fresh machine).
+The full run of all six notebooks is marked ``sandbox`` (``pytest -m sandbox``; `make test`
+leaves it out: beside the suite it took the 2-core CI machine past 15 minutes). The kernel
+environment is built once from sandbox/kaggle-image.txt (about 35 s on a fresh machine).
 """
 import json
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.stem for p in (REPO / "kernel-metadata").glob("*.json"))  # all six
 
-pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +35,7 @@ def kernel_env():
     return python
 
 
+@pytest.mark.sandbox
 def test_every_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_or_skip(
         kernel_env, request):
     """All six in one sandbox run (started by conftest when the suite began, beside it)."""
@@ -92,3 +94,13 @@ def test_a_missing_wheel_fails_in_the_first_cell_naming_the_package_and_the_fix(
     assert "kagglekit-install" in code[0]["metadata"]["tags"]  # the first cell, before any work
     assert [o["output_type"] for o in code[0]["outputs"]][-1] == "error"
     assert all(c["execution_count"] is None for c in code[1:])  # nothing after it ran
+
+
+def test_a_later_version_that_trains_from_scratch_is_a_failure():
+    from kagglekit.tools.sandbox import verdict
+    assert verdict(1, {"fit": "trained", "cache:x": "computed"})[0]  # version 1 may train
+    ok, text = verdict(2, {"fit": "trained", "pretrain": "cached", "cache:x": "hit"})
+    assert not ok and text.startswith("FAILED: trained again from scratch: fit")
+    assert not verdict(3, {"cache:lstm": "computed"})[0]  # a cache entry recomputed
+    assert verdict(2, {"fit": "resumed", "other": "skipped", "cache:x": "hit"}) == \
+        (True, "ok (hit: cache:x; resumed: fit; skipped: other)")
