@@ -78,8 +78,8 @@ def resolve_strategy(strategy: str, n_gpus: int, nprocs: int | None) -> tuple[st
     return strategy, 1
 
 
-def _ddp_rank(rank: int, world: int, port: int, backend: str, timeout_s: float, fn, args,
-              kwargs):
+def _ddp_rank(world: int, port: int, backend: str, timeout_s: float, fn, args, kwargs,
+              rank: int):
     """Body of one forked DDP rank: join the group, run ``fn``, leave the group."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
@@ -236,12 +236,8 @@ def _fork(fn, args, kwargs, procs: int, backend: str, timeout_s: float, join_tim
     if backend == "nccl":
         for key, value in NCCL_ENV.items():
             os.environ.setdefault(key, value)
-    body = functools.partial(_run_rank, procs, _free_port(), backend, timeout_s, fn, args, kwargs)
+    body = functools.partial(_ddp_rank, procs, _free_port(), backend, timeout_s, fn, args, kwargs)
     return run_forked(body, procs, join_timeout_s=join_timeout_s)
-
-
-def _run_rank(world, port, backend, timeout_s, fn, args, kwargs, rank):
-    return _ddp_rank(rank, world, port, backend, timeout_s, fn, args, kwargs)
 
 
 def run_forked(body, count: int, *, join_timeout_s: float | None = None, what: str = "rank"):

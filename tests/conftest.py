@@ -8,9 +8,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` run only where CUDA is; elsewhere they are skipped, and say so.
-    Tests marked ``sandbox`` run last: the sandbox has the whole suite's time to finish."""
-    items.sort(key=lambda item: item.get_closest_marker("sandbox") is not None)
+    """Tests marked ``gpu`` run only where CUDA is; elsewhere they are skipped, and say so."""
     import torch
     if torch.cuda.is_available():
         return
@@ -18,25 +16,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
-
-
-def pytest_collection_finish(session):
-    """`make sandbox` runs beside the rest of the suite when its test was collected, at the
-    lowest CPU priority and on one thread per kernel: it takes what the suite leaves idle
-    (the suite waits on kernels and subprocesses much of the time) and never slows it."""
-    if not any(item.get_closest_marker("sandbox") and "every_notebook" in item.name
-               for item in session.items):
-        return
-    import subprocess
-    import tempfile
-    folder = Path(tempfile.mkdtemp(prefix="kkbox-"))
-    log = open(folder / "sandbox.log", "w")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KAGGLE_", "KAGGLEKIT_"))}
-    env["OMP_NUM_THREADS"] = "1"  # no spinning threads competing with the suite's
-    proc = subprocess.Popen(["nice", "-n", "19", sys.executable, "-m", "kagglekit.tools.cli", "sandbox",
-                             "--keep", str(folder / "box")], cwd=REPO, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
-    session.config.kagglekit_sandbox = (proc, folder, log)
 
 
 @pytest.fixture(autouse=True)

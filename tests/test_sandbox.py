@@ -37,24 +37,17 @@ def kernel_env():
 
 @pytest.mark.sandbox
 def test_every_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_or_skip(
-        kernel_env, request):
-    """All six in one sandbox run (started by conftest when the suite began, beside it)."""
-    import shutil
-    proc, folder, log = request.config.kagglekit_sandbox
-    try:
-        proc.wait(timeout=1800)
-        log.close()
-        out = (folder / "sandbox.log").read_text()
-        print(out)
-        for notebook in NOTEBOOKS:
-            lines = [line for line in out.splitlines() if line.startswith(f"sandbox {notebook} v")]
-            assert len(lines) == 3 and all(": ok (" in line for line in lines), out[-4000:]
-            for version in (2, 3):
-                _check_a_later_version(notebook, folder / "box" / notebook / f"v{version}" / "working")
-        assert proc.returncode == 0
-    finally:
-        proc.kill()
-        shutil.rmtree(folder, ignore_errors=True)
+        kernel_env, tmp_path):
+    """All six in one sandbox run (one wheel build, one wheels dataset), as `make sandbox`."""
+    done = subprocess.run([sys.executable, "-m", "kagglekit.tools.cli", "sandbox",
+                           "--keep", str(tmp_path / "box")], cwd=REPO, capture_output=True,
+                          text=True, timeout=1800)
+    for notebook in NOTEBOOKS:
+        lines = [line for line in done.stdout.splitlines() if line.startswith(f"sandbox {notebook} v")]
+        assert len(lines) == 3 and all(": ok (" in line for line in lines), done.stdout + done.stderr[-3000:]
+        for version in (2, 3):
+            _check_a_later_version(notebook, tmp_path / "box" / notebook / f"v{version}" / "working")
+    assert done.returncode == 0
 
 
 def _check_a_later_version(notebook: str, working: Path) -> None:
