@@ -94,6 +94,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/cache_rerun.py
 	$(PY) benchmarks/tune_workers.py
 	$(PY) benchmarks/graph_sampling.py
+	$(PY) benchmarks/gnn_cora.py
 	$(PY) benchmarks/gpu_figures.py
 
 ## lint: byte-compile everything and check the notebooks are committed clean

@@ -105,8 +105,20 @@ def code_version(code) -> str:
     elif isinstance(code, (list, tuple)):
         text = "\n".join(code_version(c) for c in code)
     else:
-        text = inspect.getsource(code)
+        text = _source(code)
     return f"kagglekit {__version__}\n{text}"
+
+
+def _source(obj) -> str:
+    """``inspect.getsource``; for a class defined in a notebook (whose source inspect
+    cannot find) the sources of its methods, which IPython does keep."""
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        if not inspect.isclass(obj):
+            raise
+        methods = [f for f in vars(obj).values() if inspect.isfunction(f)]
+        return f"class {obj.__qualname__}{obj.__bases__}\n" + "\n".join(map(inspect.getsource, methods))
 
 
 def key(config: dict, data=None, code=None) -> str:

@@ -270,6 +270,14 @@ class CheckpointManager:
     def best(self) -> Found | None:
         return self._best(self.candidates())
 
+    def restore_best(self, model) -> Found:
+        """Put the best checkpoint's weights (by ``monitor``, else the newest) into ``model``."""
+        found = self.best() or next(iter(self.candidates()), None)
+        if found is None:
+            raise FileNotFoundError(f"no checkpoint under {self.directory} to restore")
+        unwrap(model).load_state_dict(load(found)["model"])
+        return found
+
     def load_latest(self, map_location="cpu") -> tuple[Found, dict] | None:
         """The newest checkpoint that verifies and loads, or None.
 

@@ -82,7 +82,8 @@ def make_loader(dataset: Dataset, batch_size: int, *, train: bool = True, seed: 
     """A DataLoader tuned for this machine.
 
     Args:
-        train: shuffle (by seed and epoch) and drop the last partial batch.
+        train: shuffle (by seed and epoch) and drop the last partial batch (never the
+            only batch: a data set smaller than one batch trains on a partial batch).
         device: pinned memory is used when it is CUDA.
         num_workers: default: the ``NUM_WORKERS`` environment variable when set, else
             from the CPU count and the number of processes.
@@ -95,6 +96,8 @@ def make_loader(dataset: Dataset, batch_size: int, *, train: bool = True, seed: 
     if num_workers is None:
         num_workers = workers_per_process(processes or world)
     drop_last = train if drop_last is None else drop_last
+    if drop_last and len(dataset) < batch_size * world:
+        drop_last = False  # dropping the only (partial) batch would leave nothing to train on
     sampler = ResumableSampler(dataset, shuffle=train, seed=seed, drop_last=drop_last)
     # A dedicated generator keeps worker seeding off the global RNG, so a resumed
     # run draws exactly the random numbers the uninterrupted one drew.
@@ -141,3 +144,13 @@ def to_device(batch, device: torch.device, non_blocking: bool = True):
     if hasattr(batch, "to"):  # e.g. torch_geometric Data / Batch
         return batch.to(device, non_blocking=non_blocking)
     return batch
+
+
+def schedule(steps: int, loader, steps_between_evals: int) -> dict:
+    """``fit`` arguments for a schedule counted in optimizer steps: ``steps`` in all,
+    an evaluation (and checkpoint) every ``steps_between_evals`` steps, or every pass
+    over ``loader`` when that is shorter. ``fit(..., **schedule(200, loader, 10))``."""
+    if steps < 1 or steps_between_evals < 1:
+        raise ValueError(f"steps={steps} and steps_between_evals={steps_between_evals} must be >= 1")
+    per_epoch = min(len(loader), steps_between_evals)
+    return {"epochs": -(-steps // max(per_epoch, 1)), "limit_batches": per_epoch, "max_steps": steps}

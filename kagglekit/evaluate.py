@@ -43,3 +43,27 @@ def segmentation(loader, device, loss_fn):
         return {"val_loss": (total[0] / total[3]).item(),
                 "val_dice": (2 * total[1] / total[2].clamp(min=1)).item()}
     return evaluate
+
+
+def node_logits(model, data, device) -> torch.Tensor:
+    """Logits of every node from one full-graph forward, in float32 (outside autocast:
+    fp16 logits tie many scores and distort PR-AUC); on the CPU."""
+    device = torch.device(device)
+    model.eval()
+    with torch.no_grad(), torch.autocast(device.type, enabled=False):
+        return model(data.x.to(device), data.edge_index.to(device)).float().cpu()
+
+
+def nodes(data, mask: torch.Tensor, device, prefix: str = "val_"):
+    """``evaluate(model)``: scikit-learn scores of the nodes in ``mask`` (accuracy, macro
+    F1 and PR-AUC for several classes; PR-AUC, ROC-AUC, F1 for one logit) from one
+    full-graph forward. The graph is moved to ``device`` once, not per evaluation."""
+    from torch_geometric.data import Data
+    from . import metrics
+    graph = Data(x=data.x.to(device), edge_index=data.edge_index.to(device))
+    labels = data.y[mask]
+
+    def evaluate(model) -> dict:
+        logits = node_logits(model, graph, device)[mask]
+        return {prefix + k: v for k, v in metrics.classification(logits, labels).items()}
+    return evaluate

@@ -1,4 +1,5 @@
-"""Graph helpers: built-in fraud-like graphs, Planetoid data, neighbour-sampled batches.
+"""Graph batches: neighbour-sampled or full-graph node batches, edge batches for
+link reconstruction, and their split for OOM back-off. (Readers: ``graphsets``.)
 
 PyG's ``NeighborLoader`` needs pyg-lib or torch-sparse, neither of which installs
 from PyPI here; ``NeighborSampler`` is the kit's own, vectorised in plain torch,
@@ -8,72 +9,11 @@ across DDP ranks and a mid-epoch resume continues with the next batch.
 """
 from __future__ import annotations
 
-import shutil
-import tempfile
-from pathlib import Path
+import itertools
 
 import torch
 
-
-def _undirected(edges: torch.Tensor, n: int) -> torch.Tensor:
-    edges = torch.cat([edges, edges.flip(0)], dim=1)
-    edges = edges[:, edges[0] != edges[1]]
-    key = torch.unique(edges[0] * n + edges[1])
-    return torch.stack([key // n, key % n])
-
-
-def synthetic(nodes: int = 20000, positive_rate: float = 0.05, features: int = 16,
-              degree: int = 6, seed: int = 0):
-    """An imbalanced binary node task whose signal lives in the structure (think fraud rings).
-
-    Positives form rings of 8-24 nodes, densely linked among themselves; every node
-    also has random background links. A positive's own features are only slightly
-    shifted, so an MLP on node features alone does poorly, while averaging over
-    neighbours (mostly ring members) reveals the ring. Train / val / test masks are
-    a 60 / 20 / 20 random split.
-    """
-    from torch_geometric.data import Data
-    g = torch.Generator().manual_seed(seed)
-    y = torch.zeros(nodes, dtype=torch.long)
-    order = torch.randperm(nodes, generator=g)
-    positives = order[: int(positive_rate * nodes)]
-    y[positives] = 1
-    background = torch.randint(0, nodes, (2, nodes * degree // 2), generator=g)
-    rings, start = [], 0
-    while start < len(positives):
-        size = int(torch.randint(8, 25, (1,), generator=g))
-        members = positives[start:start + size]
-        start += size
-        if len(members) < 2:
-            continue
-        pairs = torch.randint(0, len(members), (2, len(members) * 8), generator=g)
-        rings.append(members[pairs])
-    edge_index = _undirected(torch.cat([background, *rings], dim=1), nodes)
-    x = torch.randn(nodes, features, generator=g)
-    x[positives, :4] += 0.5  # weak on its own, strong once averaged over a ring
-    split = torch.rand(nodes, generator=g)
-    return Data(x=x, y=y, edge_index=edge_index, train_mask=split < 0.6,
-                val_mask=(split >= 0.6) & (split < 0.8), test_mask=split >= 0.8)
-
-
-def load_planetoid(folder: Path | str):
-    """A Planetoid data set (ind.<name>.x, .y, .tx, .ty, .allx, .ally, .graph, .test.index)
-    read offline with PyG's own class and its standard split.
-
-    The raw files are copied to a writable temporary folder first (removed once the
-    graph is in memory): Kaggle inputs are read-only and PyG writes its processed
-    cache next to them. (The .graph file
-    of this format is a pickle: load Planetoid data only from sources you trust.)
-    """
-    from torch_geometric.datasets import Planetoid
-    found = sorted(Path(folder).rglob("ind.*.graph"))
-    if not found:
-        raise FileNotFoundError(f"{folder} holds no Planetoid files (ind.<name>.graph and friends)")
-    raw = found[0].parent
-    name = found[0].name.split(".")[1]
-    with tempfile.TemporaryDirectory(prefix="planetoid-") as root:  # gone once loaded
-        shutil.copytree(raw, Path(root) / name / "raw")
-        return Planetoid(root, name=name)[0]
+from . import ranks
 
 
 class NeighborSampler:
@@ -126,7 +66,7 @@ class NeighborSampler:
         n_id = torch.cat(n_id)
         edge_index = torch.stack([torch.cat(cols), torch.cat(rows)])  # neighbour -> node
         return Data(x=self.data.x[n_id], y=self.data.y[n_id], edge_index=edge_index,
-                    n_id=n_id, batch_size=len(seeds))
+                    n_id=n_id, batch_size=len(seeds), hops=len(self.fanouts))
 
     __call__ = sample
 
@@ -152,8 +92,7 @@ def seed_loader(data, mask: torch.Tensor, fanouts: list[int], batch_size: int, *
     if backend == "pyg" or (backend == "auto" and pyg_loader_available()):
         from torch_geometric.loader import NeighborLoader
 
-        from .ranks import context
-        ctx = context()
+        ctx = ranks.context()
         return NeighborLoader(data, num_neighbors=fanouts, batch_size=batch_size, shuffle=train,
                               input_nodes=seeds[ctx.rank::ctx.world_size])
     from .data import make_loader
@@ -161,3 +100,112 @@ def seed_loader(data, mask: torch.Tensor, fanouts: list[int], batch_size: int, *
     return make_loader(seeds, batch_size, train=train, seed=seed, device=device, num_workers=0,
                        collate_fn=lambda ids: sampler(torch.stack(ids) if isinstance(ids, list)
                                                       else ids), drop_last=False)
+
+
+class FullBatch:
+    """The whole graph as every batch, for graphs that fit on the GPU (Cora, PubMed, ...).
+
+    The nodes of ``mask`` (this rank's share under DDP) come first and ``batch_size``
+    says how many, as in a sampled batch: one loss, ``out[:batch.batch_size]``, serves
+    both. Each pass yields the batch ``repeats`` times: ``repeats`` optimizer steps
+    between evaluations, not one step per "epoch". The batch is moved to ``device`` once.
+    """
+
+    def __init__(self, data, mask: torch.Tensor, hops: int, repeats: int = 1, device="cpu"):
+        ctx = ranks.context()
+        seeds = mask.nonzero().view(-1)[ctx.rank::ctx.world_size]
+        rest = torch.ones(data.num_nodes, dtype=torch.bool)
+        rest[seeds] = False
+        order = torch.cat([seeds, rest.nonzero().view(-1)])
+        self.batch = induced(data, order, len(seeds), hops).to(device)
+        self.repeats = repeats
+
+    def __len__(self) -> int:
+        return self.repeats
+
+    def __iter__(self):
+        return itertools.repeat(self.batch, self.repeats)
+
+
+def node_batches(data, mask: torch.Tensor, fanouts: list[int], batch_size: int, *,
+                 full_batch: bool, steps_between_evals: int = 1, seed: int = 0, device="cpu"):
+    """Training batches around the nodes of ``mask``: the whole graph (``FullBatch``)
+    when ``full_batch``, else neighbour-sampled mini-batches (``seed_loader``)."""
+    if full_batch:
+        return FullBatch(data, mask, len(fanouts), steps_between_evals, device)
+    return seed_loader(data, mask, fanouts, batch_size, seed=seed, device=device)
+
+
+def induced(batch, order: torch.Tensor, batch_size: int, hops: int):
+    """The subgraph of ``batch`` on the nodes ``order`` (local ids), relabelled in that
+    order; node attributes follow their nodes, edges need both ends kept."""
+    from torch_geometric.data import Data
+    n = batch.num_nodes
+    new_id = torch.full((n,), -1, dtype=torch.long, device=order.device)
+    new_id[order] = torch.arange(len(order), device=order.device)
+    ends = new_id[batch.edge_index]
+    keep = (ends >= 0).all(0)
+    out = Data(edge_index=ends[:, keep], batch_size=batch_size, hops=hops)
+    for key, value in batch.items():
+        if key in ("edge_index", "batch_size", "hops", "num_sampled_nodes", "num_sampled_edges"):
+            continue
+        if isinstance(value, torch.Tensor) and batch.is_node_attr(key):
+            out[key] = value[order]
+        elif isinstance(value, torch.Tensor) and batch.is_edge_attr(key):
+            out[key] = value[keep]
+        else:
+            out[key] = value
+    if "n_id" not in out:
+        out.n_id = order
+    return out
+
+
+def hops_of(batch) -> int:
+    if isinstance(getattr(batch, "hops", None), int):
+        return batch.hops
+    if getattr(batch, "num_sampled_nodes", None) is not None:  # PyG's NeighborLoader
+        return len(batch.num_sampled_nodes) - 1
+    raise TypeError("cannot split a graph batch without knowing its hops: set batch.hops "
+                    "(the layers of the model) for OOM back-off")
+
+
+def split_seeds(batch, parts: int) -> list:
+    """A node batch cut into ``parts`` batches by its seed nodes, each with the
+    neighbourhood its seeds need (``hops`` hops back along the edges), so the mean of
+    the parts' losses is the whole batch's loss at a fraction of its memory."""
+    hops, n = hops_of(batch), batch.num_nodes
+    src, dst = batch.edge_index
+    out = []
+    for seeds in torch.arange(batch.batch_size, device=src.device).tensor_split(parts):
+        keep = torch.zeros(n, dtype=torch.bool, device=src.device)
+        keep[seeds] = True
+        frontier = keep.clone()
+        for _ in range(hops):
+            reached = torch.zeros_like(keep)
+            reached[src[frontier[dst]]] = True  # messages flow src -> dst
+            frontier = reached & ~keep
+            keep |= reached
+        keep[seeds] = False
+        out.append(induced(batch, torch.cat([seeds, keep.nonzero().view(-1)]), len(seeds), hops))
+    return out
+
+
+def link_batches(data, batch_size: int, fanouts: list[int], seed: int, device):
+    """Edge mini-batches for link reconstruction: (sampled neighbourhood, positive pairs,
+    as many random negative pairs), in local ids of the neighbourhood; memory bounded
+    by the batch, negatives drawn from the batch's ids (the same ones after a resume)."""
+    from .data import make_loader
+    sampler = NeighborSampler(data, fanouts, seed)
+    n = data.num_nodes
+
+    def collate(ids):
+        ids = torch.stack(ids) if isinstance(ids, list) else ids
+        pos = data.edge_index[:, ids]
+        g = torch.Generator().manual_seed(int(ids.sum()) + seed)
+        neg = torch.randint(0, n, pos.shape, generator=g)
+        nodes, inverse = torch.unique(torch.cat([pos, neg], 1), return_inverse=True)
+        return sampler(nodes), inverse[:, : pos.shape[1]], inverse[:, pos.shape[1]:]
+
+    edges = torch.arange(data.edge_index.shape[1])
+    return make_loader(edges, min(batch_size, len(edges)), seed=seed, device=device,
+                       num_workers=0, collate_fn=collate)

@@ -86,3 +86,21 @@ def adopt(index_: InputIndex) -> None:
 def forget() -> None:
     """Drop every index (tests that mount new inputs mid-process)."""
     _indexes.clear()
+
+
+def attached(reference: str, roots: list[Path]) -> Path | None:
+    """The folder of an attached Kaggle source named ``owner/slug`` (or ``slug``), in
+    either input layout: ``<root>/datasets/<owner>/<slug>`` (also competitions,
+    notebooks) or the older flat ``<root>/<slug>``; None when it is not attached."""
+    parts = PurePosixPath(reference).parts
+    if not 1 <= len(parts) <= 2 or any(p in (".", "..") for p in parts):
+        return None
+    owner, slug = (None, parts[0]) if len(parts) == 1 else parts
+    for root in roots:
+        kinds = [root / kind for kind in ("datasets", "competitions", "notebooks")]
+        candidates = [k / owner / slug for k in kinds] if owner else []
+        candidates += [root / "competitions" / slug, root / slug]
+        for folder in candidates:
+            if folder.is_dir():
+                return folder
+    return None

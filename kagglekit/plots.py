@@ -98,3 +98,19 @@ def memory_curves(curves: dict[str, list[float]], ylabel: str = "MB"):
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def pr_curves(curves: dict, title: str = "test precision-recall"):
+    """Precision-recall curves, ``{name: (scores, labels)}``, each with its PR-AUC."""
+    from . import metrics
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for name, (scores, labels) in curves.items():
+        precision, recall = metrics.pr_curve(scores, labels)
+        ap = metrics.average_precision(scores, labels)
+        ax.plot(recall, precision, drawstyle="steps-post", label=f"{name} (PR-AUC {ap:.3f})")
+    ax.set(xlabel="recall", ylabel="precision", title=title, ylim=(0, 1.02))
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

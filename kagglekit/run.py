@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import atomic, display, env, params, policy as policy_mod, ranklog, ranks
+from . import atomic, display, env, inputs, params, policy as policy_mod, ranklog, ranks
 from .checkpoint import CheckpointManager
 
 
@@ -65,14 +65,19 @@ class Run:
         return self.policy.checkpoints(name, **kwargs)
 
     def data_dir(self, required: list[str] = ()) -> Path | None:
-        """The ``data_dir`` parameter as a Path, None when empty; missing files raise."""
+        """The ``data_dir`` parameter as a Path (a folder, or the ``owner/slug`` of an
+        attached Kaggle source in either input layout), None when empty; missing files raise."""
         value = self.config.get("data_dir") or ""
         if not value:
             return None
         path = Path(value).expanduser()
         if not path.is_dir():
-            raise DataDirError(f"data_dir={value!r} does not exist. Leave data_dir empty for the "
-                               "built-in data, or attach the dataset and give its folder.")
+            path = inputs.attached(value, env.where().input_roots) or path
+        if not path.is_dir():
+            raise DataDirError(f"data_dir={value!r} is neither a folder nor an attached Kaggle "
+                               "source (owner/slug under /kaggle/input). Leave data_dir empty for "
+                               "the built-in data, or attach the dataset (dataset_sources in "
+                               "kernel-metadata) and give its owner/slug or folder.")
         missing = [name for name in required if not any(path.rglob(name))]
         if missing:
             raise DataDirError(f"data_dir={value!r} lacks {', '.join(missing)}: this pipeline "

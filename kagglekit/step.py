@@ -32,6 +32,8 @@ def batch_size(batch) -> int:
     """Samples in a batch: the first dimension of its first tensor (or its batch_size)."""
     if isinstance(getattr(batch, "batch_size", None), int):  # a sampled PyG subgraph
         return batch.batch_size
+    if isinstance(getattr(batch, "num_graphs", None), int):  # a PyG Batch of graphs
+        return batch.num_graphs
     if isinstance(batch, torch.Tensor):
         return batch.shape[0]
     if isinstance(batch, (list, tuple)) and batch:
@@ -42,9 +44,16 @@ def batch_size(batch) -> int:
 
 
 def split_batch(batch, parts: int) -> list:
-    """Cut a batch into ``parts`` chunks along dim 0 (tensors in tuples, lists, dicts)."""
+    """Cut a batch into ``parts`` chunks along dim 0 (tensors in tuples, lists, dicts),
+    a PyG node batch by its seed nodes, a PyG ``Batch`` of graphs by graph."""
     if parts == 1:
         return [batch]
+    if isinstance(getattr(batch, "batch_size", None), int) and hasattr(batch, "edge_index"):
+        from .graph import split_seeds
+        return split_seeds(batch, parts)
+    if hasattr(batch, "to_data_list") and isinstance(getattr(batch, "num_graphs", None), int):
+        return [type(batch).from_data_list(batch.index_select(ids))
+                for ids in torch.arange(batch.num_graphs).tensor_split(parts)]
     if isinstance(batch, torch.Tensor):
         return list(torch.tensor_split(batch, parts))
     if isinstance(batch, (list, tuple)):
@@ -54,7 +63,8 @@ def split_batch(batch, parts: int) -> list:
     if isinstance(batch, dict):
         columns = {k: split_batch(v, parts) for k, v in batch.items()}
         return [{k: v[i] for k, v in columns.items()} for i in range(parts)]
-    raise TypeError(f"cannot split a batch of type {type(batch).__name__} for OOM back-off")
+    raise TypeError(f"cannot split a batch of type {type(batch).__name__} for OOM back-off: "
+                    "give it a batch_size (seed nodes first) or pass oom_backoff=False")
 
 
 def backward(model, batches: list, loss_fn, policy, scaler, *, split: int = 1,

@@ -184,6 +184,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
     if scheduler_interval not in ("step", "epoch"):
         raise ValueError(f"scheduler_interval={scheduler_interval!r} must be 'step' or 'epoch'")
     started = time.monotonic()
+    _refuse_empty(train_loader)
     run = policy.current()
     speed, durability, watch = fitoptions.group(speed, durability, watch, options)
     durability = durability.resolved(run)
@@ -233,6 +234,20 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
                      world_size=world, samples_per_s=rate * world, oom_events=list(st.oom_events),
                      breakdown=loop.timer.summary(), gpu=sampler.summary(),
                      gpu_samples=sampler.samples, session=run.session if run else "")
+
+
+def _refuse_empty(loader) -> None:
+    """A loader that yields no batch would "train" zero steps and look like success."""
+    try:
+        batches = len(loader)
+    except TypeError:
+        return  # an iterable without a length: nothing to check up front
+    if batches == 0:
+        dataset, size = getattr(loader, "dataset", None), getattr(loader, "batch_size", "?")
+        count = len(dataset) if dataset is not None and hasattr(dataset, "__len__") else "?"
+        raise ValueError(f"the training loader yields no batch: {count} samples, batch_size={size}, "
+                         f"drop_last={getattr(loader, 'drop_last', '?')} (per rank). Use a smaller "
+                         "batch_size or drop_last=False (kk.make_loader never drops the only batch).")
 
 
 def _total_steps(loop: _Loop, epochs: int) -> int:

@@ -171,7 +171,8 @@ def _on_device(gpus: int, fn, *args, **kwargs):
 def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path | str,
              direction: str = "maximize", workers: int | None = None, storage: str | None = None,
              time_budget=None, sampler=None, pruner=None, seed: int | None = 0,
-             heartbeat_s: int = 10, grace_s: int = 30, max_retry: int = 3, key=None):
+             heartbeat_s: int = 10, grace_s: int = 30, max_retry: int = 3, key=None,
+             first_params: dict | None = None):
     """Run ``objective`` until the study holds ``n_trials`` finished trials in total.
 
     Args:
@@ -193,6 +194,8 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
             limit on Kaggle). Under ``KAGGLEKIT_WORK_CAP`` at most ``workcap.TRIALS`` trials.
         sampler / pruner: Optuna's (default: TPESampler seeded from ``seed`` per worker
             and session, and MedianPruner); ``seed=None`` leaves the default unseeded.
+        first_params: the first trial of a new study (say, the notebook's defaults), so
+            the best of a short search is never worse on validation than its start.
     Returns the study (loaded in this process).
     """
     from .gpus import inventory
@@ -211,6 +214,8 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
     options = {"sampler": sampler, "pruner": pruner, "heartbeat_s": heartbeat_s,
                "grace_s": grace_s, "max_retry": max_retry}
     study = load_study(name, url, direction, **options)  # creates the tables once
+    if first_params and not study.trials:
+        study.enqueue_trial(first_params)
     gpus = len(inventory())
     workers = workers or max(1, gpus)
     run = policy.current()

@@ -1,12 +1,15 @@
 import pytest
 import torch
 
-from kagglekit import graph
+from torch.nn import functional as F
+
+import kagglekit as kk
+from kagglekit import graph, graphsets
 
 
 @pytest.fixture(scope="module")
 def data():
-    return graph.synthetic(3000, seed=1)
+    return graphsets.synthetic(3000, seed=1)
 
 
 def test_every_sampled_neighbour_is_real_fanout_is_respected_and_seeds_come_first(data):
@@ -67,20 +70,138 @@ def test_a_planetoid_folder_is_read_offline_with_pygs_own_class(tmp_path):
     (raw / "ind.tiny.test.index").write_text("\n".join(str(n_all + i) for i in range(n_test)))
     for p in [raw, *raw.iterdir()]:
         p.chmod(0o555 if p.is_dir() else 0o444)  # read-only, as Kaggle inputs are
-    data = graph.load_planetoid(tmp_path / "data")
+    data = graphsets.load_planetoid(tmp_path / "data")
     assert data.num_nodes == n_all + n_test and data.num_features == f
     assert int(data.train_mask.sum()) == n_train and int(data.test_mask.sum()) > 0
+
+
+class SAGE(torch.nn.Module):
+    """Two GraphSAGE layers and a linear head: a two-hop model, as the notebook's."""
+
+    def __init__(self, features: int, outputs: int, hidden: int = 32):
+        super().__init__()
+        from torch_geometric.nn import SAGEConv
+        self.conv1, self.conv2 = SAGEConv(features, hidden), SAGEConv(hidden, hidden)
+        self.head = torch.nn.Linear(hidden, outputs)
+
+    def forward(self, x, edge_index):
+        return self.head(F.relu(self.conv2(F.relu(self.conv1(x, edge_index)), edge_index)))
+
+
+def seed_loss(model, batch):
+    out = model(batch.x, batch.edge_index)[: batch.batch_size, 0]
+    return F.binary_cross_entropy_with_logits(out, batch.y[: batch.batch_size].float())
 
 
 @pytest.mark.skipif(not graph.pyg_loader_available(), reason="PyG's NeighborLoader needs pyg-lib "
                     "or torch-sparse, neither installs from PyPI here")
 def test_pygs_loader_and_the_kits_sampler_reach_a_similar_score():  # pragma: no cover
-    from kagglekit.tasks import gnn
-    data = graph.synthetic(3000, seed=0)
-    cfg = {"hidden": 32, "dropout": 0.2, "fanouts": [10, 5], "batch_size": 256, "lr": 1e-2,
-           "weight_decay": 1e-4, "epochs": 6, "precision": "fp32", "seed": 0}
-    scores = {b: gnn.finetune({**cfg, "sampler": b}, data, None)["test_pr_auc"] for b in ("kit", "pyg")}
+    data = graphsets.synthetic(3000, seed=0)
+    scores = {}
+    for backend in ("kit", "pyg"):
+        torch.manual_seed(0)
+        model = SAGE(data.num_features, 1)
+        loader = graph.seed_loader(data, data.train_mask, [10, 5], 256, backend=backend)
+        kk.fit(model, torch.optim.Adam(model.parameters(), lr=1e-2), loader, seed_loss,
+               epochs=6, progress=False, precision="fp32")
+        logits = kk.evaluate.node_logits(model, data, "cpu")[data.test_mask]
+        scores[backend] = kk.metrics.classification(logits, data.y[data.test_mask])["pr_auc"]
     assert abs(scores["kit"] - scores["pyg"]) < 0.1, scores
+
+
+def test_a_sampled_batch_split_by_seeds_gives_each_seed_the_same_logits(data):
+    torch.manual_seed(0)
+    model = SAGE(data.num_features, 1).eval()
+    batch = graph.NeighborSampler(data, [10, 5], seed=0)(data.train_mask.nonzero().view(-1)[:64])
+    whole = model(batch.x, batch.edge_index)[: batch.batch_size]
+    parts = kk.step.split_batch(batch, 3)
+    assert [p.batch_size for p in parts] == [22, 21, 21]
+    assert all(p.num_nodes < batch.num_nodes for p in parts)  # the point: smaller batches
+    pieces = torch.cat([model(p.x, p.edge_index)[: p.batch_size] for p in parts])
+    assert torch.allclose(pieces, whole, atol=1e-5)  # every seed kept its two-hop neighbourhood
+    assert torch.equal(torch.cat([p.n_id[: p.batch_size] for p in parts]), batch.n_id[:64])
+
+
+def test_the_whole_graph_batch_is_the_plain_full_graph_loss(data):
+    torch.manual_seed(0)
+    model = SAGE(data.num_features, 1).eval()
+    full = graph.FullBatch(data, data.train_mask, hops=2, repeats=3)
+    assert len(full) == 3 and len(list(full)) == 3
+    plain = model(data.x, data.edge_index)[data.train_mask, 0]
+    loss = F.binary_cross_entropy_with_logits(plain, data.y[data.train_mask].float())
+    assert torch.allclose(seed_loss(model, next(iter(full))), loss, atol=1e-6)
+
+
+class OomAboveSeeds(SAGE):
+    """Raises CUDA's out-of-memory error for graphs of more than ``limit`` nodes."""
+    limit = 10_000
+
+    def forward(self, x, edge_index):
+        if x.shape[0] > self.limit:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated by the test)")
+        return super().forward(x, edge_index)
+
+
+def test_an_out_of_memory_on_a_graph_batch_backs_off_by_seeds_and_finishes(data):
+    torch.manual_seed(0)
+    model = OomAboveSeeds(data.num_features, 1)
+    full = graph.FullBatch(data, data.train_mask, hops=2, repeats=2)
+    OomAboveSeeds.limit = data.num_nodes - 1  # the whole graph does not fit, halves do
+    result = kk.fit(model, torch.optim.Adam(model.parameters(), lr=1e-2), full, seed_loss,
+                    epochs=2, progress=False)
+    assert result.steps == 4 and result.stopped == "completed"
+    seeds = int(data.train_mask.sum())
+    assert result.oom_events == [{"step": 0, "per_gpu_batch": seeds // 2}]
+
+
+def write_elliptic(folder, steps=(1, 20, 30, 34, 35, 49), per_step=12, seed=0):
+    """Files in the layout of Kaggle's ellipticco/elliptic-data-set, rows shuffled."""
+    import numpy as np
+    import pandas as pd
+    rng = np.random.default_rng(seed)
+    n = len(steps) * per_step
+    tx = rng.permutation(np.arange(10_000, 10_000 + 7 * n, 7))[:n]
+    step = np.repeat(steps, per_step)
+    label = rng.choice(["1", "2", "unknown"], n, p=[0.2, 0.5, 0.3])
+    feats = rng.normal(size=(n, 165)) + (label == "1")[:, None] * 0.8
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(np.column_stack([tx, step, feats])).astype({0: int, 1: int}).to_csv(
+        folder / "elliptic_txs_features.csv", header=False, index=False)
+    pairs = rng.integers(0, n, (3 * n, 2))
+    pd.DataFrame({"txId1": tx[pairs[:, 0]], "txId2": tx[pairs[:, 1]]}).to_csv(
+        folder / "elliptic_txs_edgelist.csv", index=False)
+    order = rng.permutation(n)  # the classes file is not in the features' order
+    pd.DataFrame({"txId": tx[order], "class": label[order]}).to_csv(
+        folder / "elliptic_txs_classes.csv", index=False)
+    return dict(zip(tx.tolist(), label.tolist())), dict(zip(tx.tolist(), step.tolist()))
+
+
+def test_elliptic_files_load_with_the_papers_temporal_split(tmp_path):
+    labels, steps = write_elliptic(tmp_path / "elliptic_bitcoin_dataset")
+    data = graphsets.load(tmp_path)
+    tx = list(labels)
+    expected = torch.tensor([{"1": 1, "2": 0, "unknown": -1}[labels[t]] for t in tx])
+    assert torch.equal(data.y, expected)  # joined by txId, not by row order
+    step = data.time_step
+    assert int(step[data.train_mask].max()) <= 29 and int(step[data.val_mask].min()) >= 30
+    assert int(step[data.val_mask].max()) <= 34 and int(step[data.test_mask].min()) >= 35
+    assert not (data.train_mask & data.test_mask).any() and not (data.y[data.train_mask] < 0).any()
+    unknown = data.y < 0
+    assert not (unknown & (data.train_mask | data.val_mask | data.test_mask)).any()
+    assert data.num_features == 165 and data.is_undirected()
+
+
+def test_a_loader_that_yields_no_batch_is_refused_by_name():
+    from torch.utils.data import DataLoader, TensorDataset
+    tiny = TensorDataset(torch.randn(100, 4), torch.zeros(100, dtype=torch.long))
+    empty = DataLoader(tiny, batch_size=512, drop_last=True)
+    model = kk.models.MLP(4, 8, 2)
+    with pytest.raises(ValueError, match=r"yields no batch: 100 samples, batch_size=512, drop_last=True"):
+        kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), empty,
+               kk.supervised(F.cross_entropy), progress=False)
+    kept = kk.make_loader(tiny, 512, num_workers=0)  # train=True drops the last batch...
+    assert len(kept) == 1 and len(next(iter(kept))[0]) == 100  # ...never the only one
+    assert len(kk.make_loader(TensorDataset(torch.randn(1030, 4)), 512, num_workers=0)) == 2
 
 
 def test_the_kit_sampler_backend_shards_seeds_through_make_loader(data):

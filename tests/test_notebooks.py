@@ -298,23 +298,6 @@ def test_gpu_utilization_measures_each_strategy_and_says_what_it_skipped(tmp_pat
 
 
 @pytest.mark.slow
-def test_gnn_beats_the_mlp_baseline_on_the_builtin_graph(tmp_path):
-    out = run_notebook(REPO / "notebooks" / "gnn_node_classification.ipynb", {"smoke": True},
-                       output_dir=tmp_path / "gnn", progress=False)
-    m = _metrics(out)
-    assert m["pr_auc"] > m["mlp_pr_auc"] + 0.1  # the structure carries the signal
-    assert m["search"]["trials"] == {"COMPLETE": 2} and m["oom_count"] == 0
-    assert m["run_seconds"] > 0 and (m["gpu_utilisation"] is None) == (not m["env"]["gpus"])
-    for png in ("pr_curve.png", "learning_curves.png"):
-        assert (out / png).exists()
-    assert not (out / "tune_gnn_history.png").exists()  # 2 trials: too few to plot
-    assert_reads_as_a_report(out, "gnn_node_classification")
-    trials = [line for _, o in _outputs(out / "gnn_node_classification.ipynb")
-              for line in _text(o).splitlines() if line.startswith("kagglekit tune: trial")]
-    assert len(trials) == 2  # one line per search trial, no progress bars of its fits
-
-
-@pytest.mark.slow
 def test_a_training_of_200_steps_under_papermill_leaves_a_few_progress_lines(tmp_path):
     out = run_notebook(REPO / "notebooks" / "quickstart.ipynb", {"epochs": 2, "samples": 8192},
                        output_dir=tmp_path / "q", progress=False)

@@ -9,7 +9,8 @@ from torch.nn import functional as F
 import kagglekit as kk
 from kagglekit import datasets, inputs, models
 
-DECLARED = {"seed": 0, "force_retrain": False, "time_budget_s": 0.0, "precision": "auto"}
+DECLARED = {"seed": 0, "force_retrain": False, "time_budget_s": 0.0, "precision": "auto",
+            "data_dir": ""}
 
 
 def _start(**values):
@@ -109,3 +110,18 @@ def test_a_hundred_thousand_input_files_are_walked_once_not_per_lookup(kaggle_tr
     assert len(calls) == walked, f"{len(calls) - walked} folders of the inputs read again"
     # The index travels with the run into launched ranks: they do not walk either.
     assert kk.launch(_lookups_in_a_rank, str(kaggle_tree / "input"), nprocs=2) == 0
+
+
+@pytest.mark.parametrize("layout", ["datasets/ellipticco/elliptic-data-set", "elliptic-data-set"])
+def test_data_dir_as_owner_slug_finds_the_attached_dataset_in_either_layout(tmp_path, layout,
+                                                                            monkeypatch):
+    root = tmp_path / "input"
+    (root / layout / "elliptic_bitcoin_dataset").mkdir(parents=True)
+    (root / "datasets" / "someone-else" / "other").mkdir(parents=True)
+    monkeypatch.setenv("KAGGLEKIT_INPUT", str(root))
+    monkeypatch.setenv("KAGGLEKIT_OUTPUT", str(tmp_path / "out"))
+    run = _start(data_dir="ellipticco/elliptic-data-set")
+    assert run.data_dir() == root / layout
+    assert inputs.attached("someone-else/elliptic-data-set", [root]) in (None, root / layout)
+    with pytest.raises(kk.run.DataDirError, match="not-attached.*dataset_sources"):
+        _start(data_dir="ellipticco/not-attached")  # checked by kk.start, before any work

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted(p.stem for p in (REPO / "kernel-metadata").glob("*.json"))  # all six
+NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))  # all six
 
 pytestmark = [pytest.mark.slow]
 

@@ -1,3 +1,4 @@
+import os
 import shutil
 import signal
 import subprocess
@@ -147,3 +148,17 @@ def test_too_few_trials_for_a_readable_plot_get_none(tmp_path, capsys):
     study = tune.optimize(busy_objective, "few", 3, directory=tmp_path, workers=1)
     assert tune.summarize(study, tmp_path)["plots"] == []
     assert not list(tmp_path.glob("*.png")) and "too few for Optuna's plots" in capsys.readouterr().out
+
+
+def test_on_two_gpus_each_worker_runs_its_trials_on_its_own_card(tmp_path, monkeypatch):
+    monkeypatch.setenv("KAGGLEKIT_FAKE_GPUS", "Tesla T4:7.5:15,Tesla T4:7.5:15")
+
+    def objective(trial):  # what a fit inside the objective would train on
+        trial.set_user_attr("visible", os.environ.get("CUDA_VISIBLE_DEVICES"))
+        trial.set_user_attr("device", str(kk.ranks.context().device))
+        time.sleep(0.3)  # long enough that both workers take trials
+        return trial.suggest_float("x", 0, 1)
+
+    study = tune.optimize(objective, "placed", 6, directory=tmp_path, heartbeat_s=2)
+    placed = {(t.user_attrs["visible"], t.user_attrs["device"]) for t in study.trials}
+    assert placed == {("0", "cuda:0"), ("1", "cuda:0")}  # one worker per card, each sees its own

@@ -127,7 +127,14 @@ def cmd_view(args) -> int:
 
 
 def _names(args) -> list[str]:
-    return [p.stem for p in _notebooks(args.notebooks)]
+    """Kernel names for the Kaggle commands: a notebook's, or a variant's in kernel-metadata/
+    (another kernel of the same notebook, e.g. gnn_elliptic: other data, other parameters)."""
+    variants = [n for n in args.notebooks if (Path("kernel-metadata") / f"{n}.json").exists()
+                and not (NOTEBOOKS / f"{n}.ipynb").exists()]
+    named = [n for n in args.notebooks if n not in variants]
+    if variants and not named:
+        return variants
+    return [p.stem for p in _notebooks(named)] + variants
 
 
 def cmd_build(args) -> int:
