@@ -74,7 +74,7 @@ class Run:
         if not path.is_dir():
             path = inputs.attached(value, env.where().input_roots) or path
         if not path.is_dir():
-            raise DataDirError(f"data_dir={value!r} is neither a folder nor an attached Kaggle "
+            raise DataDirError(f"data_dir={value!r} does not exist: no folder and no attached Kaggle "
                                "source (owner/slug under /kaggle/input). Leave data_dir empty for "
                                "the built-in data, or attach the dataset (dataset_sources in "
                                "kernel-metadata) and give its owner/slug or folder.")
