@@ -137,24 +137,13 @@ def node_batches(data, mask: torch.Tensor, fanouts: list[int], batch_size: int, 
 
 
 def induced(batch, order: torch.Tensor, batch_size: int, hops: int):
-    """The subgraph of ``batch`` on the nodes ``order`` (local ids), relabelled in that
-    order; node attributes follow their nodes, edges need both ends kept."""
-    from torch_geometric.data import Data
-    n = batch.num_nodes
-    new_id = torch.full((n,), -1, dtype=torch.long, device=order.device)
-    new_id[order] = torch.arange(len(order), device=order.device)
-    ends = new_id[batch.edge_index]
-    keep = (ends >= 0).all(0)
-    out = Data(edge_index=ends[:, keep], batch_size=batch_size, hops=hops)
-    for key, value in batch.items():
-        if key in ("edge_index", "batch_size", "hops", "num_sampled_nodes", "num_sampled_edges"):
-            continue
-        if isinstance(value, torch.Tensor) and batch.is_node_attr(key):
-            out[key] = value[order]
-        elif isinstance(value, torch.Tensor) and batch.is_edge_attr(key):
-            out[key] = value[keep]
-        else:
-            out[key] = value
+    """PyG's ``Data.subgraph`` on the nodes ``order`` (local ids, relabelled in that order)
+    as a node batch: its first ``batch_size`` nodes are the seeds, ``n_id`` their global ids."""
+    out = batch.subgraph(order)
+    for stale in ("num_sampled_nodes", "num_sampled_edges"):  # PyG's per-hop counts of the whole
+        if stale in out:
+            del out[stale]
+    out.batch_size, out.hops = batch_size, hops
     if "n_id" not in out:
         out.n_id = order
     return out
@@ -171,22 +160,14 @@ def hops_of(batch) -> int:
 
 def split_seeds(batch, parts: int) -> list:
     """A node batch cut into ``parts`` batches by its seed nodes, each with the
-    neighbourhood its seeds need (``hops`` hops back along the edges), so the mean of
+    ``hops``-hop neighbourhood its seeds need (PyG's ``k_hop_subgraph``), so the mean of
     the parts' losses is the whole batch's loss at a fraction of its memory."""
-    hops, n = hops_of(batch), batch.num_nodes
-    src, dst = batch.edge_index
-    out = []
-    for seeds in torch.arange(batch.batch_size, device=src.device).tensor_split(parts):
-        keep = torch.zeros(n, dtype=torch.bool, device=src.device)
-        keep[seeds] = True
-        frontier = keep.clone()
-        for _ in range(hops):
-            reached = torch.zeros_like(keep)
-            reached[src[frontier[dst]]] = True  # messages flow src -> dst
-            frontier = reached & ~keep
-            keep |= reached
-        keep[seeds] = False
-        out.append(induced(batch, torch.cat([seeds, keep.nonzero().view(-1)]), len(seeds), hops))
+    from torch_geometric.utils import k_hop_subgraph
+    hops, out = hops_of(batch), []
+    for seeds in torch.arange(batch.batch_size, device=batch.edge_index.device).tensor_split(parts):
+        reached = k_hop_subgraph(seeds, hops, batch.edge_index, num_nodes=batch.num_nodes)[0]
+        others = reached[~torch.isin(reached, seeds)]
+        out.append(induced(batch, torch.cat([seeds, others]), len(seeds), hops))
     return out
 
 

@@ -13,11 +13,9 @@ import torch
 
 
 def undirected(edges: torch.Tensor, n: int) -> torch.Tensor:
-    """Both directions of every edge, without self-loops or duplicates."""
-    edges = torch.cat([edges, edges.flip(0)], dim=1)
-    edges = edges[:, edges[0] != edges[1]]
-    key = torch.unique(edges[0] * n + edges[1])
-    return torch.stack([key // n, key % n])
+    """Both directions of every edge, without self-loops or duplicates (sorted)."""
+    from torch_geometric.utils import remove_self_loops, to_undirected
+    return to_undirected(remove_self_loops(edges)[0], num_nodes=n)
 
 
 def synthetic(nodes: int = 20000, positive_rate: float = 0.05, features: int = 16,
