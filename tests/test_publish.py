@@ -212,3 +212,14 @@ def test_make_compare_writes_the_report_next_to_the_kaggle_run(tmp_path):
     done = _cli("compare", "quickstart", "--runs", str(runs), env=_clean_env({}))
     assert done.returncode == 1 and "FAIL" in done.stdout
     assert (kaggle_run / "compare.md").exists() and (kaggle_run / "compare.png").exists()
+
+
+def test_a_metadata_variant_names_a_kernel_of_its_notebook(monkeypatch):
+    from kagglekit.tools import cli
+    monkeypatch.chdir(REPO)
+    assert cli._kernels(["gnn_elliptic", "quickstart"]) == [
+        ("gnn_elliptic", Path("notebooks/gnn_node_classification.ipynb")),
+        ("quickstart", Path("notebooks/quickstart.ipynb"))]
+    assert cli._kaggle_parameters("gnn_elliptic")["data_dir"] == "ellipticco/elliptic-data-set"
+    with pytest.raises(SystemExit, match="no notebook named 'nope'"):
+        cli._kernels(["nope"])

@@ -23,21 +23,35 @@ def _notebooks(names: list[str]) -> list[Path]:
     return paths
 
 
+def _kernels(names: list[str]) -> list[tuple[str, Path]]:
+    """(kernel name, notebook) for each name: a notebook's, or a variant's in kernel-metadata/
+    (another kernel of a notebook, e.g. gnn_elliptic: other data, other parameters)."""
+    found = []
+    for name in names:
+        variant = Path("kernel-metadata") / f"{name}.json"
+        if not (NOTEBOOKS / f"{Path(name).stem}.ipynb").exists() and variant.exists():
+            notebook = json.loads(variant.read_text()).get("notebook", name)
+            found.append((name, NOTEBOOKS / f"{notebook}.ipynb"))
+        else:
+            found.extend((nb.stem, nb) for nb in _notebooks([name]))
+    return found or [(nb.stem, nb) for nb in _notebooks([])]
+
+
 def cmd_run(args) -> int:
     """Every notebook's parameters are checked before the first kernel starts; each run
     goes to its configuration's folder; a table of headline results at the end."""
     from ..params import ParameterError
     from .notebook_runner import parse_overrides, run_folder, run_notebook
     try:
-        notebooks = _notebooks(args.notebooks)
-        params = {nb: {**(_kaggle_parameters(nb.stem) if args.kaggle else {}),
-                       **parse_overrides(args.param)} for nb in notebooks}
-        for nb in notebooks:  # a typo fails here, before any kernel
-            run_folder(nb, params[nb], args.output)
+        kernels = _kernels(args.notebooks)
+        params = {name: {**(_kaggle_parameters(name) if args.kaggle else {}),
+                         **parse_overrides(args.param)} for name, _ in kernels}
+        for name, nb in kernels:  # a typo fails here, before any kernel
+            run_folder(nb, params[name], args.output)
     except (ValueError, ParameterError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    rows = [_run_one(nb, params[nb], args.output, run_notebook) for nb in notebooks]
+    rows = [_run_one(nb, params[name], args.output, run_notebook) for name, nb in kernels]
     if len(rows) > 1:
         print("\n" + _text_table(rows))
     return 0 if all(r["status"] == "ok" for r in rows) else 1
@@ -127,14 +141,7 @@ def cmd_view(args) -> int:
 
 
 def _names(args) -> list[str]:
-    """Kernel names for the Kaggle commands: a notebook's, or a variant's in kernel-metadata/
-    (another kernel of the same notebook, e.g. gnn_elliptic: other data, other parameters)."""
-    variants = [n for n in args.notebooks if (Path("kernel-metadata") / f"{n}.json").exists()
-                and not (NOTEBOOKS / f"{n}.ipynb").exists()]
-    named = [n for n in args.notebooks if n not in variants]
-    if variants and not named:
-        return variants
-    return [p.stem for p in _notebooks(named)] + variants
+    return [name for name, _ in _kernels(args.notebooks)]
 
 
 def cmd_build(args) -> int:
