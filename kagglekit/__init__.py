@@ -9,10 +9,10 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {"accel", "atomic", "budget", "cache", "checkpoint", "cudagraph", "cycles", "data", "datasets", "display",
+_SUBMODULES = {"accel", "atomic", "boosting", "budget", "cache", "checkpoint", "cudagraph", "cycles", "data", "datasets", "display",
                "durable", "env", "evaluate", "fitoptions", "fitstate", "gpus", "graph", "graphsets", "identity", "inputs",
                "launcher", "memory", "metrics", "models", "monitor", "params", "plots", "policy", "precision",
-               "progress", "ranks", "rng", "run", "segment3d", "step", "tasks", "train",
+               "progress", "ranks", "rng", "run", "segment3d", "step", "tasks", "timeseries", "train",
                "tune", "workcap"}
 _EXPORTS = {
     "start": "run", "Run": "run",

@@ -7,7 +7,7 @@ of them and the entry misses.
 
 Entries live in ``<working>/cache/<name>/<key>/``: the value in a format that
 cannot run code when loaded (torch with ``weights_only=True``, JSON, XGBoost's
-own UBJSON model format) and ``meta.json`` with its sha256. On Kaggle a miss in
+own UBJSON model format, LightGBM's own text model format) and ``meta.json`` with its sha256. On Kaggle a miss in
 the working dir is looked up in the attached inputs (the previous kernel
 version's output) and a hit there is copied over, so the next version has it too.
 """
@@ -139,12 +139,14 @@ def _has_tensor(value) -> bool:
 
 
 def _kind_of(value) -> str:
-    if type(value).__module__.startswith("xgboost"):
-        return "xgboost"
+    for library in ("xgboost", "lightgbm"):
+        if type(value).__module__.startswith(library):
+            return library
     return "torch" if _has_tensor(value) else "json"
 
 
-_FILES = {"torch": "value.pt", "json": "value.json", "xgboost": "value.ubj"}
+_FILES = {"torch": "value.pt", "json": "value.json", "xgboost": "value.ubj",
+          "lightgbm": "value.txt"}
 
 
 def _write(value, kind: str, path: Path) -> None:
@@ -157,6 +159,9 @@ def _write(value, kind: str, path: Path) -> None:
             booster = value.get_booster() if hasattr(value, "get_booster") else value
             booster.save_model(str(tmp.with_suffix(".ubj")))
             tmp.with_suffix(".ubj").replace(tmp)
+        elif kind == "lightgbm":  # its text model: trees and parameters, nothing to execute
+            booster = value.booster_ if hasattr(value, "booster_") else value
+            tmp.write_text(booster.model_to_string())
         else:
             tmp.write_text(json.dumps(value, sort_keys=True))
 
@@ -169,6 +174,9 @@ def _read(kind: str, path: Path):
         booster = xgboost.Booster()
         booster.load_model(str(path))
         return booster
+    if kind == "lightgbm":
+        import lightgbm
+        return lightgbm.Booster(model_str=path.read_text())
     return json.loads(path.read_text())
 
 
@@ -245,7 +253,8 @@ class Cache:
                             "seconds": round(seconds, 3)})
         print(f"kagglekit cache: {name} {'recomputed (forced)' if self.force else 'miss'}, "
               f"computed in {seconds:.1f}s and stored")
-        return _read("xgboost", entry / _FILES["xgboost"]) if _kind_of(value) == "xgboost" else value
+        kind = _kind_of(value)  # boosters come back as loaded from disk, hit or miss alike
+        return _read(kind, entry / _FILES[kind]) if kind in ("xgboost", "lightgbm") else value
 
     def stats(self) -> dict:
         """Hits, misses and time saved, for metrics.json."""

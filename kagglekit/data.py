@@ -52,6 +52,13 @@ def workers_per_process(processes: int = 1, cpus: int | None = None) -> int:
     return max(0, (cpus - processes) // max(1, processes))
 
 
+def _workers_from_env(value: str) -> int:
+    if not value.strip().isdigit():
+        raise ValueError(f"NUM_WORKERS={value!r} must be a whole number of loader workers "
+                         "(0: load in the training process), or unset for the machine's default")
+    return int(value)
+
+
 WORKER_TIMEOUT_S = 600.0  # a loader worker silent for this long is stalled, not slow
 
 
@@ -91,8 +98,8 @@ def make_loader(dataset: Dataset, batch_size: int, *, train: bool = True, seed: 
         timeout_s: seconds a worker may take for one batch before it counts as stalled.
     """
     world = ranks.world_size()
-    if num_workers is None and os.environ.get("NUM_WORKERS", "").strip().isdigit():
-        num_workers = int(os.environ["NUM_WORKERS"])  # the machine's owner knows best
+    if num_workers is None and os.environ.get("NUM_WORKERS", "").strip():
+        num_workers = _workers_from_env(os.environ["NUM_WORKERS"])  # the owner knows best
     if num_workers is None:
         num_workers = workers_per_process(processes or world)
     drop_last = train if drop_last is None else drop_last

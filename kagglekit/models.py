@@ -57,20 +57,3 @@ class UNet3D(nn.Module):
         for up, merge, skip in zip(self.up, self.merge, reversed(skips[:-1])):
             x = merge(torch.cat([up(x), skip], dim=1))
         return self.head(x)
-
-
-class LSTMForecaster(nn.Module):
-    """LSTM over the lookback window; a linear head emits the whole horizon at once."""
-
-    def __init__(self, channels: int, hidden: int, horizon: int, layers: int = 2,
-                 dropout: float = 0.1):
-        super().__init__()
-        self.lstm = nn.LSTM(channels, hidden, num_layers=layers, batch_first=True,
-                            dropout=dropout if layers > 1 else 0.0)
-        self.head = nn.Linear(hidden, horizon)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Forecast relative to the last observed target value: the level is given,
-        # the network learns the change.
-        out, _ = self.lstm(x - x[:, -1:, :])
-        return self.head(out[:, -1]) + x[:, -1, :1]

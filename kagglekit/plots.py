@@ -114,3 +114,25 @@ def pr_curves(curves: dict, title: str = "test precision-recall"):
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def forecasts(panels: list[dict], title: str = "test forecasts"):
+    """One panel per series: its recent ``history``, the ``truth`` after the forecast
+    origin, and each model's forecast (``forecasts``: name -> values)."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.6 * len(panels)), squeeze=False)
+    for ax, panel in zip(axes[:, 0], panels):
+        ahead = range(len(panel["truth"]))
+        ax.plot(range(-len(panel["history"]), 0), panel["history"], color="0.6", linewidth=1,
+                label="history")
+        ax.plot(ahead, panel["truth"], color="black", linewidth=2, label="truth")
+        for name, values in panel["forecasts"].items():
+            ax.plot(ahead, values, label=name, alpha=0.85)
+        ax.axvline(0, color="0.6", linestyle=":")
+        ax.set_title(panel["title"], fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(ncol=4, fontsize=8)
+    axes[-1, 0].set_xlabel("steps from the forecast origin")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

@@ -114,3 +114,22 @@ def test_values_are_stored_in_formats_that_cannot_run_code(tmp_path):
     hit = Cache(tmp_path).get("xgb", CONFIG, lambda: pytest.fail("should hit"))
     x = xgboost.DMatrix(np.random.rand(4, 3))
     assert np.allclose(hit.predict(x), booster.predict(x))
+
+
+def test_a_lightgbm_model_is_cached_as_its_text_model_and_predicts_the_same_after_reload(tmp_path):
+    import lightgbm
+    import numpy as np
+    rng = np.random.default_rng(0)
+    x, y = rng.random((300, 4)), rng.random(300)
+    model = lightgbm.train({"num_leaves": 7, "verbose": -1}, lightgbm.Dataset(x, y), 20)
+    booster = Cache(tmp_path).get("lgb", CONFIG, lambda: model)
+    payload = next(tmp_path.rglob("value.*"))
+    assert payload.name == "value.txt"
+    assert payload.read_text().startswith("tree\nversion=")  # LightGBM's own format, no pickle
+    hit = Cache(tmp_path).get("lgb", CONFIG, lambda: pytest.fail("should hit"))
+    assert isinstance(hit, lightgbm.Booster) and isinstance(booster, lightgbm.Booster)
+    assert np.allclose(hit.predict(x[:20]), model.predict(x[:20]))
+    payload.write_text(payload.read_text().replace("tree\n", "", 1))  # the sha256 no longer fits
+    with pytest.warns(CacheWarning):
+        again = Cache(tmp_path).get("lgb", CONFIG, lambda: model)
+    assert np.allclose(again.predict(x[:20]), model.predict(x[:20]))

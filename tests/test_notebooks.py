@@ -236,31 +236,56 @@ def test_segmentation_3d_killed_mid_training_resumes_when_run_again(tmp_path):
 
 
 @pytest.mark.slow
-def test_timeseries_rerun_hits_the_cache_for_every_model_and_trains_nothing(tmp_path):
+def test_timeseries_rerun_hits_every_model_one_change_retrains_one_force_retrains_all(tmp_path):
     path = REPO / "notebooks" / "timeseries_forecast.ipynb"
+    models = {"xgboost", "lightgbm", "lstm", "lstm_tuned"}
     out = run_notebook(path, {"smoke": True}, output_dir=tmp_path / "ts", progress=False)
     first = _metrics(out)
-    assert (first["cache"]["hits"], first["cache"]["misses"]) == (0, 2)
+    assert {e["name"] for e in first["cache"]["entries"] if not e["hit"]} == models
     rows = {r["model"]: r for r in first["models"]}
-    assert set(rows) == {"seasonal_naive", "lstm", "xgboost", "ensemble"}
+    assert set(rows) == models | {"seasonal_naive", "ensemble"}
     assert _finite_numbers(first) and all(r["mae"] > 0 for r in rows.values())
-    assert first["search"]["trials"] == {"COMPLETE": 3}  # the Optuna search ran its total
-    assert (out / "tune_xgboost_best_params.json").exists()
+    assert rows["ensemble"]["mae"] < rows["seasonal_naive"]["mae"]
+    assert abs(sum(first["ensemble_weights"].values()) - 1) < 1e-6
+    for model in ("xgboost", "lightgbm", "lstm"):  # each search ran its total
+        assert first[f"search_{model}"]["trials"].get("COMPLETE", 0) + \
+            first[f"search_{model}"]["trials"].get("PRUNED", 0) == 2
+    assert (out / "cache" / "lightgbm").rglob("value.txt")
     assert_reads_as_a_report(out, "timeseries_forecast")
-    checkpoints = sorted((out / "checkpoints" / "lstm").rglob("step-*"))
-    assert checkpoints
-    stamps = [p.stat().st_mtime_ns for p in checkpoints]
+    stamps = {p: p.stat().st_mtime_ns for p in [*(out / "checkpoints").rglob("step-*"),
+                                                 *(out / "tune").glob("*.db")]}
+    assert len([p for p in stamps if p.suffix == ".db"]) == 3
+
     second = _metrics(run_notebook(path, {"smoke": True}, output_dir=out, progress=False))
-    assert (second["cache"]["hits"], second["cache"]["misses"]) == (2, 0)
+    assert (second["cache"]["hits"], second["cache"]["misses"]) == (4, 0)
     assert second["cache"]["seconds_saved"] > 0
-    assert second["search"]["trials"] == {"COMPLETE": 3}  # the total was reached: no new trial
     assert [r["mae"] for r in second["models"]] == [r["mae"] for r in first["models"]]
-    assert [p.stat().st_mtime_ns for p in checkpoints] == stamps  # no training step ran
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # no training step, no new trial
+
+    changed = _metrics(run_notebook(path, {"smoke": True, "lgb_rounds": 150}, output_dir=out,
+                                    progress=False))
+    assert [e["name"] for e in changed["cache"]["entries"] if not e["hit"]] == ["lightgbm"]
     forced = _metrics(run_notebook(path, {"smoke": True, "force_retrain": True}, output_dir=out,
                                    progress=False))
-    assert (forced["cache"]["hits"], forced["cache"]["misses"]) == (0, 2)
+    assert (forced["cache"]["hits"], forced["cache"]["misses"]) == (0, 4)
     for png in ("forecast.png", "models.png", "learning_curves_lstm.png"):
         assert (out / png).exists()
+
+
+@pytest.mark.slow
+def test_timeseries_reads_a_long_competition_table_through_data_dir(tmp_path):
+    from test_timeseries import write_long_table
+    write_long_table(tmp_path / "data", suffix=".parquet")
+    params = {"smoke": True, "data_dir": str(tmp_path / "data"), "time_column": "date",
+              "target_column": "sales", "feature_columns": "promo", "series_column": "store",
+              "period": 7}
+    out = run_notebook(REPO / "notebooks" / "timeseries_forecast.ipynb", params,
+                       output_dir=tmp_path / "ts", progress=False)
+    m = _metrics(out)
+    assert {r["model"] for r in m["models"]} == {"seasonal_naive", "xgboost", "lightgbm", "lstm", "lstm_tuned",
+                                                 "ensemble"}
+    assert _finite_numbers(m) and m["cuts"][0] < m["cuts"][1]
+    assert m["cuts"][0].startswith("2024-") and all(n > 0 for n in m["windows"].values())
 
 
 @pytest.mark.slow

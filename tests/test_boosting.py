@@ -1,0 +1,81 @@
+"""Gradient-boosted trees: the device each library trains on, and Optuna pruning."""
+import numpy as np
+import optuna
+import pytest
+
+from kagglekit import boosting
+
+
+@pytest.fixture
+def regression():
+    rng = np.random.default_rng(0)
+    x = rng.random((400, 5))
+    return x, 3 * x[:, 0] + np.sin(6 * x[:, 1]) + 0.1 * rng.standard_normal(400)
+
+
+def _study():
+    return optuna.create_study(pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0))
+
+
+def test_an_xgboost_trial_that_learns_nothing_is_pruned_while_it_trains(regression):
+    import xgboost as xgb
+    x, y = regression
+    train, val = xgb.DMatrix(x[:300], label=y[:300]), xgb.DMatrix(x[300:], label=y[300:])
+    rounds = []
+
+    def objective(trial):
+        eta = trial.suggest_float("eta", 1e-6, 0.3, log=True)
+        booster = xgb.train({"eta": eta, "eval_metric": "mae", "nthread": 1}, train, 60, evals=[(val, "val")],
+                            early_stopping_rounds=100,
+                            verbose_eval=False, callbacks=[boosting.xgboost_pruning(trial, "mae")])
+        rounds.append(booster.num_boosted_rounds())
+        return booster.best_score
+
+    study = _study()
+    study.enqueue_trial({"eta": 0.3})
+    study.enqueue_trial({"eta": 1e-6})  # barely moves from the mean: worse at every report
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study.optimize(objective, n_trials=2)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "PRUNED"]
+    assert rounds == [60]  # the pruned trial stopped before its 60 rounds
+
+
+def test_a_lightgbm_trial_that_learns_nothing_is_pruned_while_it_trains(regression):
+    import lightgbm as lgb
+    x, y = regression
+    iterations = []
+
+    def objective(trial):
+        rate = trial.suggest_float("learning_rate", 1e-6, 0.3, log=True)
+        train = lgb.Dataset(x[:300], y[:300])
+        val = lgb.Dataset(x[300:], y[300:], reference=train)
+        hook = boosting.lightgbm_pruning(trial, "l1")
+        record = lambda env: iterations.append(env.iteration)  # noqa: E731
+        booster = lgb.train({"learning_rate": rate, "metric": "l1", "verbose": -1}, train, 60,
+                            valid_sets=[val], valid_names=["val"], callbacks=[hook, record])
+        return booster.best_score["val"]["l1"]
+
+    study = _study()
+    study.enqueue_trial({"learning_rate": 0.3})
+    study.enqueue_trial({"learning_rate": 1e-6})
+    study.optimize(objective, n_trials=2)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "PRUNED"]
+    assert len(iterations) < 60 + 60  # the second trial stopped early
+
+
+def test_trees_train_on_the_cpu_without_a_gpu(monkeypatch):
+    monkeypatch.delenv("KAGGLEKIT_FAKE_GPUS", raising=False)
+    boosting.lightgbm_device.cache_clear()
+    assert boosting.xgboost_device() == "cpu"
+    assert boosting.lightgbm_device() == ("cpu", "no GPU")
+
+
+def test_with_a_gpu_xgboost_asks_for_cuda_and_lightgbm_says_when_its_build_cannot_reach_it(monkeypatch):
+    monkeypatch.setenv("KAGGLEKIT_FAKE_GPUS", "Tesla T4:7.5:15,Tesla T4:7.5:15")
+    boosting.lightgbm_device.cache_clear()
+    try:
+        assert boosting.xgboost_device() == "cuda"
+        device, why = boosting.lightgbm_device()  # this machine has no OpenCL device
+        assert device == "cpu" and why.startswith("this LightGBM build has no usable GPU (")
+    finally:
+        boosting.lightgbm_device.cache_clear()

@@ -1,0 +1,93 @@
+"""Long time-series tables: reading, the time split, windows, and loader workers."""
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from kagglekit import data, timeseries
+
+
+def write_long_table(folder, suffix=".csv", seed=0):
+    """Three series of different lengths and start times, rows shuffled, dates as text,
+    a feature with gaps: the layout of a Kaggle forecasting competition's train file."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for sid, (start, n) in {"store_1": ("2024-01-01", 300), "store_2": ("2024-02-15", 250),
+                            "store_3": ("2024-01-10", 320)}.items():
+        dates = pd.date_range(start, periods=n, freq="D")
+        parts.append(pd.DataFrame({"store": sid, "date": dates.strftime("%Y-%m-%d"),
+                                   "sales": rng.random(n) * 100, "promo": rng.integers(0, 2, n) * 1.0}))
+    frame = pd.concat(parts).sample(frac=1, random_state=seed)
+    frame.loc[frame.sample(frac=0.05, random_state=1).index, "promo"] = np.nan
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"train{suffix}"
+    frame.to_csv(path, index=False) if suffix == ".csv" else frame.to_parquet(path, index=False)
+    return path
+
+
+def read(folder):
+    return timeseries.read_table(folder, time="date", target="sales", features=["promo"], series="store")
+
+
+def windows_of(frame, channels, lookback=14, horizon=7):
+    codes = pd.factorize(frame["series"])[0]
+    splits = timeseries.split_of(frame["time"], timeseries.time_cuts(frame["time"]))
+    values = torch.from_numpy(frame[channels].to_numpy(np.float32))
+    return [timeseries.Windows(values, codes, splits, k, lookback, horizon) for k in range(3)], codes
+
+
+def test_no_window_forecasts_a_time_before_a_later_split_and_none_crosses_series(tmp_path):
+    write_long_table(tmp_path)
+    frame, channels = read(tmp_path)
+    assert channels == ["sales", "promo"] and not frame[channels].isna().any().any()
+    (train, val, test), codes = windows_of(frame, channels)
+    times = frame["time"].to_numpy()
+    future_times = [np.stack([times[o:o + 7] for o in w.origins.numpy()]) for w in (train, val, test)]
+    assert future_times[0].max() < future_times[1].min()  # training never sees a later time
+    assert future_times[1].max() < future_times[2].min()
+    for w in (train, val, test):
+        o = w.origins.numpy()
+        assert (codes[o - 14] == codes[o + 6]).all()  # past and future in one series
+        assert set(codes[o]) == {0, 1, 2}  # every series contributes to every split
+        i = len(w) // 3  # the vectorised views equal item access
+        assert torch.equal(w.past()[i], w[i][0]) and torch.equal(w.future()[i], w[i][1])
+
+
+def test_csv_and_parquet_read_the_same_and_rows_come_sorted(tmp_path):
+    write_long_table(tmp_path / "csv")
+    write_long_table(tmp_path / "pq", suffix=".parquet")
+    a, _ = read(tmp_path / "csv")
+    b, _ = read(tmp_path / "pq")
+    pd.testing.assert_frame_equal(a, b)
+    for _, group in a.groupby("series"):
+        assert group["time"].is_monotonic_increasing
+
+
+def test_a_wrong_column_name_is_named_with_its_parameter(tmp_path):
+    write_long_table(tmp_path)
+    with pytest.raises(timeseries.TableError, match=r"no column 'Sales' \(target_column\).*sales"):
+        timeseries.read_table(tmp_path, time="date", target="Sales", series="store")
+    with pytest.raises(timeseries.TableError, match="more than once; name the series-id column"):
+        timeseries.read_table(tmp_path, time="date", target="sales")  # three stores share dates
+
+
+def test_stride_keeps_every_nth_origin_of_each_series():
+    values = torch.arange(40, dtype=torch.float32)[:, None]
+    codes = np.repeat([0, 1], 20)
+    splits = np.zeros(40, dtype=int)
+    w = timeseries.Windows(values, codes, splits, 0, 4, 2, stride=3)
+    assert w.origins.tolist() == [4, 7, 10, 13, 16, 24, 27, 30, 33, 36]
+    with pytest.raises(timeseries.TableError, match="no window of lookback 30"):
+        timeseries.Windows(values, codes, splits, 0, 30, 2)
+
+
+def test_loader_workers_follow_num_workers(monkeypatch):
+    dataset = torch.utils.data.TensorDataset(torch.zeros(64, 2))
+    monkeypatch.setenv("NUM_WORKERS", "2")
+    assert data.make_loader(dataset, 8).num_workers == 2
+    assert data.make_loader(dataset, 8, num_workers=1).num_workers == 1  # an explicit value wins
+    monkeypatch.setenv("NUM_WORKERS", "0")
+    assert data.make_loader(dataset, 8).num_workers == 0
+    monkeypatch.setenv("NUM_WORKERS", "four")
+    with pytest.raises(ValueError, match="NUM_WORKERS='four' must be a whole number"):
+        data.make_loader(dataset, 8)
