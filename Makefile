@@ -9,7 +9,7 @@ NB ?=
 P ?=
 PYTEST_ARGS ?=
 
-.PHONY: help setup run runs view test sandbox gpu-check soak bench lint clean build push status logs output pull quota compare
+.PHONY: help setup run runs view test sandbox gpu-check soak bench lint clean build push status logs output pull quota compare submit
 
 # V=1: keep the warnings the kit silences because they carry nothing for the user.
 ifdef V
@@ -67,6 +67,10 @@ status: $(STAMP)
 ## output: download a finished Kaggle run into runs/kaggle/<slug>/v<N>/ (FORCE=1 while it runs)
 output: $(STAMP)
 	$(PY) -m kagglekit.tools.cli output $(NB) $(if $(FORCE),--force)
+
+## submit: the latest finished version's submission.zip to its competition (NB=segmentation_3d, M="message")
+submit: $(STAMP)
+	$(PY) -m kagglekit.tools.cli submit $(NB) $(if $(M),-m "$(M)")
 
 ## pull: a notebook edited on Kaggle back into notebooks/ (refuses over uncommitted edits; FORCE=1)
 pull: $(STAMP)

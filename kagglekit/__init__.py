@@ -12,8 +12,8 @@ __version__ = "0.1.0"
 _SUBMODULES = {"accel", "atomic", "boosting", "budget", "cache", "checkpoint", "cudagraph", "cycles", "data", "datasets", "display",
                "durable", "env", "evaluate", "fitoptions", "fitstate", "gpus", "graph", "graphsets", "identity", "inputs",
                "launcher", "memory", "metrics", "models", "monitor", "params", "plots", "policy", "precision",
-               "progress", "ranks", "rng", "run", "segment3d", "step", "tasks", "timeseries", "train",
-               "tune", "workcap"}
+               "progress", "ranks", "rng", "run", "segment3d", "step", "timeseries", "train",
+               "tune", "volumes", "workcap"}
 _EXPORTS = {
     "start": "run", "Run": "run",
     "fit": "train", "supervised": "train", "EarlyStopping": "fitstate", "FitResult": "fitstate",

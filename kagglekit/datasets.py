@@ -87,25 +87,6 @@ def volumes(n: int = 6, size: int = 32, seed: int = 0, sheets: int = 2,
     return torch.stack(vols), torch.stack(masks)
 
 
-def load_volumes(folder) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
-    """Real volumes from ``<id>_volume.npy`` + ``<id>_mask.npy`` pairs (numpy, no pickle)."""
-    import numpy as np
-    from pathlib import Path
-    folder = Path(folder)
-    ids = sorted(p.name[: -len("_volume.npy")] for p in folder.rglob("*_volume.npy"))
-    if not ids:
-        raise FileNotFoundError(f"{folder} holds no <id>_volume.npy files")
-    vols, masks = [], []
-    for i in ids:
-        vol_path = next(folder.rglob(f"{i}_volume.npy"))
-        mask_path = vol_path.with_name(f"{i}_mask.npy")
-        if not mask_path.exists():
-            raise FileNotFoundError(f"{vol_path} has no matching {mask_path.name}")
-        vols.append(torch.from_numpy(np.load(vol_path, allow_pickle=False)).float()[None])
-        masks.append(torch.from_numpy(np.load(mask_path, allow_pickle=False)).to(torch.uint8)[None])
-    return torch.stack(vols), torch.stack(masks), ids
-
-
 def load_sequences(folder) -> TensorDataset:
     """Real sequences from ``sequences.npz`` (arrays ``x``: N x T x F, ``y``: N), no pickle."""
     import numpy as np

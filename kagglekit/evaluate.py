@@ -28,16 +28,18 @@ def classification(loader, device, loss=torch.nn.functional.cross_entropy):
     return evaluate
 
 
-def segmentation(loader, device, loss_fn):
-    """``evaluate(model) -> {"val_loss", "val_dice"}`` over patches (all ranks together)."""
+def segmentation(loader, device, loss_fn, ignore: int = 2):
+    """``evaluate(model) -> {"val_loss", "val_dice"}`` over patches (all ranks together);
+    labels equal to ``ignore`` count in neither."""
     def evaluate(model) -> dict:
         total = torch.zeros(4, dtype=torch.float64, device=device)  # loss, inter, sizes, n
         for batch in workcap.batches(loader):
             x, y = data.to_device(batch, device)
             logits = model(x)
-            pred = (logits > 0).float()
+            keep = (y != ignore).float()
+            pred, surface = (logits > 0).float() * keep, (y == 1).float()
             total += torch.stack([loss_fn(logits, y).double() * len(y),
-                                  (pred * y).sum().double(), (pred.sum() + y.sum()).double(),
+                                  (pred * surface).sum().double(), (pred.sum() + surface.sum()).double(),
                                   torch.tensor(float(len(y)), dtype=torch.float64, device=device)])
         total = _all_sum(total)
         return {"val_loss": (total[0] / total[3]).item(),

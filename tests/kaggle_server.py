@@ -185,6 +185,15 @@ class FakeKaggle:
         files = [{"url": f"http://localhost/files/{name}", "fileName": name} for name in self.files]
         return 200, {"files": files, "log": json.dumps(self.log)}
 
+    def on_CreateCodeSubmission(self, body: dict):
+        """As Kaggle: the kernel must exist and have the competition attached."""
+        kernel = self.kernels.get(f"{body.get('kernelOwner')}/{body.get('kernelSlug')}")
+        if kernel is None:
+            return 404, {"code": 404, "message": "kernel not found"}
+        if body.get("competitionName") not in kernel.get("competitionDataSources", []):
+            return 400, {"code": 400, "message": "the kernel does not use this competition's data"}
+        return 200, {"message": "Successfully submitted", "ref": 31337}
+
     # ---- helpers for tests -------------------------------------------------------------
     def pushed(self) -> list[dict]:
         return [b for p, b in self.requests if p.endswith("/SaveKernel")]

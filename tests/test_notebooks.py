@@ -3,6 +3,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kagglekit import monitor
@@ -143,7 +144,7 @@ def test_a_data_dir_without_the_expected_files_says_which(tmp_path):
     import papermill
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(papermill.PapermillExecutionError, match=r"lacks \*_volume\.npy"):
+    with pytest.raises(papermill.PapermillExecutionError, match=r"holds no train\.csv: expected the Vesuvius layout"):
         run_notebook(REPO / "notebooks" / "segmentation_3d.ipynb", {"data_dir": str(empty)},
                      output_dir=tmp_path / "out", progress=False)
 
@@ -189,20 +190,54 @@ def test_sequence_models_on_its_defaults_ranks_the_sequence_models_above_the_mlp
     assert _metrics(out)["summary"][0]["passed"]
 
 
+def _tree_bytes(folder: Path) -> dict:
+    import hashlib
+    return {p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _zip_masks(path: Path) -> dict:
+    import io
+    import zipfile
+
+    import tifffile
+    with zipfile.ZipFile(path) as zf:
+        return {n[:-4]: tifffile.imread(io.BytesIO(zf.read(n))) for n in zf.namelist()}
+
+
 @pytest.mark.slow
-def test_segmentation_3d_on_two_ddp_processes_beats_the_baselines(tmp_path):
-    out = run_notebook(REPO / "notebooks" / "segmentation_3d.ipynb",
-                       {"smoke": True, "processes": 2}, output_dir=tmp_path / "seg", progress=False)
+def test_segmentation_3d_on_the_competition_layout_then_inference_only_on_new_test_volumes(tmp_path):
+    """Training on TIFFs in the Vesuvius layout (two shapes, label 2, unlabelled test volumes,
+    one compressed) with two DDP processes; then another test_images/ predicted by both
+    processes without a training step and without a byte of the checkpoints changing."""
+    import tifffile
+    from kagglekit import volumes
+    comp = volumes.write_synthetic(tmp_path / "comp", [24, 24, 32, 24], [24, 32], seed=1)
+    nb = REPO / "notebooks" / "segmentation_3d.ipynb"
+    params = {"smoke": True, "processes": 2, "data_dir": str(comp)}
+    out = run_notebook(nb, params, output_dir=tmp_path / "seg", progress=False)
     m = _metrics(out)
     assert m["fit"]["world_size"] == 2 and m["fit"]["stopped"] == "completed"
-    assert m["test_dice"] > m["baseline_dice_all_background"] == 0.0
-    assert m["test_dice"] > m["baseline_dice_threshold"]  # the 3-D shape matters, not brightness
-    assert _finite_numbers(m)
-    import zipfile
-    names = zipfile.ZipFile(out / "submission.zip").namelist()
-    assert names == [f"{i}.npy" for i in m["test_dice_per_volume"]]
+    assert m["val_dice"] > m["val_dice_threshold_baseline"]  # the 3-D shape matters, not brightness
+    assert _finite_numbers(m) and m["effective_batch"] == 2 * 2 * 2
+    masks = _zip_masks(out / "submission.zip")
+    assert sorted(masks) == ["test000", "test001"]
+    for vid, mask in masks.items():
+        source = tifffile.imread(comp / "test_images" / f"{vid}.tif")
+        assert mask.shape == source.shape and mask.dtype == np.uint8 and mask.max() <= 1
     assert (out / "slices.png").exists() and (out / "learning_curves.png").exists()
     assert_reads_as_a_report(out, "segmentation_3d")
+
+    trained = _tree_bytes(out / "checkpoints")
+    other = volumes.write_synthetic(tmp_path / "other", [], [40, 24, 24], seed=2, prefix="new")
+    again = _metrics(run_notebook(nb, {**params, "test_dir": str(other)}, output_dir=out, progress=False))
+    assert again["fit"]["steps_this_session"] == 0
+    assert _tree_bytes(out / "checkpoints") == trained  # read, never written
+    masks = _zip_masks(out / "submission.zip")
+    assert sorted(masks) == ["newtest000", "newtest001", "newtest002"]
+    assert masks["newtest000"].shape == (40, 40, 40)
+    ranks = [(out / "logs" / f"rank{r}.log").read_text() for r in (0, 1)]
+    assert all("test volume newtest" in log for log in ranks)  # both processes predicted
 
 
 @pytest.mark.slow

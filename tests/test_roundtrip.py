@@ -237,3 +237,56 @@ def test_metadata_takes_what_the_cli_takes_and_the_install_cell_hides_on_kaggle(
     wheel.write_bytes(b"PK")
     cell = build.install_cell(wheel, {"commit": "abc", "dirty": False})
     assert cell["metadata"]["_kg_hide-input"] is True
+
+
+def _masks_zip(shapes: dict) -> bytes:
+    import io
+    import zipfile
+
+    import numpy as np
+    import tifffile
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for vid, (shape, dtype) in shapes.items():
+            mask = io.BytesIO()
+            tifffile.imwrite(mask, np.zeros(shape, dtype=dtype), photometric="minisblack")
+            zf.writestr(f"{vid}.tif", mask.getvalue())
+    return buf.getvalue()
+
+
+def test_submit_sends_a_finished_versions_valid_zip_and_refuses_anything_else(tmp_path):
+    kernel = "tester/kagglekit-segmentation-3d"
+    comp = json.loads((REPO / "kernel-metadata" / "segmentation_3d.json").read_text())["competition_sources"]
+    assert comp == ["vesuvius-challenge-surface-detection"]
+    metrics = json.dumps({"submission": {"test_ids": ["a1", "b2"]}}).encode()
+    good = _masks_zip({"a1": ((4, 5, 6), "uint8"), "b2": ((6, 5, 4), "uint8")})
+    with FakeKaggle() as kaggle:
+        kaggle.kernels[kernel] = {"text": "{}", "newTitle": "t", "language": "python",
+                                  "kernelType": "notebook", "competitionDataSources": comp}
+        kaggle.versions = 5
+        env = _env(kaggle, tmp_path)
+        out = str(tmp_path / "runs")
+        submits = lambda: [b for p, b in kaggle.requests if p.endswith("/CreateCodeSubmission")]  # noqa: E731
+        kaggle.status = "RUNNING"
+        busy = _cli("submit", "segmentation_3d", "--output", out, env=env)
+        assert busy.returncode == 1 and "is RUNNING, not COMPLETE" in busy.stderr
+        kaggle.status = "COMPLETE"
+        kaggle.files = {"metrics.json": metrics}
+        no_zip = _cli("submit", "segmentation_3d", "--output", out, env=env)
+        assert no_zip.returncode == 1 and "no submission.zip" in no_zip.stderr
+        kaggle.files["submission.zip"] = _masks_zip({"a1": ((4, 5, 6), "uint8"), "b2": ((6, 5, 4), "float32")})
+        bad = _cli("submit", "segmentation_3d", "--output", out, env=env)
+        assert bad.returncode == 1 and "b2.tif is float32" in bad.stderr
+        kaggle.files["submission.zip"] = _masks_zip({"a1": ((4, 5, 6), "uint8")})
+        missing = _cli("submit", "segmentation_3d", "--output", out, env=env)
+        assert missing.returncode == 1 and "no mask for test id b2" in missing.stderr
+        assert submits() == []  # nothing reached the competition so far
+        kaggle.files["submission.zip"] = good
+        ok = _cli("submit", "segmentation_3d", "--output", out, "-m", "v5 flips=3", env=env)
+        assert ok.returncode == 0, ok.stderr
+        assert "submitted version 5" in ok.stdout
+        assert submits() == [{"competitionName": comp[0], "kernelOwner": "tester",
+                              "kernelSlug": "kagglekit-segmentation-3d", "kernelVersion": 5,
+                              "fileName": "submission.zip", "submissionDescription": "v5 flips=3"}]
+        not_comp = _cli("submit", "quickstart", "--output", out, env=env)
+        assert not_comp.returncode == 2 and "no competition_sources" in not_comp.stderr

@@ -156,9 +156,11 @@ def test_on_two_gpus_each_worker_runs_its_trials_on_its_own_card(tmp_path, monke
     def objective(trial):  # what a fit inside the objective would train on
         trial.set_user_attr("visible", os.environ.get("CUDA_VISIBLE_DEVICES"))
         trial.set_user_attr("device", str(kk.ranks.context().device))
+        trial.set_user_attr("trees", kk.boosting.xgboost_device())  # XGBoost's device there
         time.sleep(0.3)  # long enough that both workers take trials
         return trial.suggest_float("x", 0, 1)
 
     study = tune.optimize(objective, "placed", 6, directory=tmp_path, heartbeat_s=2)
     placed = {(t.user_attrs["visible"], t.user_attrs["device"]) for t in study.trials}
     assert placed == {("0", "cuda:0"), ("1", "cuda:0")}  # one worker per card, each sees its own
+    assert {t.user_attrs["trees"] for t in study.trials} == {"cuda"}

@@ -175,6 +175,16 @@ def cmd_output(args) -> int:
     return commands.output_all(_names(args), args.output, args.force)
 
 
+def cmd_submit(args) -> int:
+    from .publish import commands
+    names = _names(args) if args.notebooks else []
+    if len(names) != 1:
+        print("error: name the one competition notebook to submit (make submit NB=segmentation_3d)",
+              file=sys.stderr)
+        return 2
+    return commands.submit(names[0], args.message, args.output)
+
+
 def cmd_quota(args) -> int:
     from .publish import commands
     return commands.quota()
@@ -236,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                              ("output", cmd_output, "download a finished Kaggle run's outputs"),
                              ("pull", cmd_pull, "bring a notebook edited on Kaggle back into notebooks/"),
                              ("quota", cmd_quota, "GPU hours used and left this week"),
+                             ("submit", cmd_submit, "submit a finished competition kernel's submission.zip"),
                              ("compare", cmd_compare, "a local run against the Kaggle run of the same configuration")):
         p = sub.add_parser(name, help=text)
         p.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
@@ -246,8 +257,10 @@ def main(argv: list[str] | None = None) -> int:
         if name == "status":
             p.add_argument("--wait", action="store_true", help="poll until done, with back-off")
             p.add_argument("--timeout", type=float, default=12 * 3600)
-        if name == "output":
+        if name in ("output", "submit"):
             p.add_argument("--output", default="runs/kaggle")
+        if name == "submit":
+            p.add_argument("-m", "--message", default="kagglekit submission", help="submission description")
         if name in ("output", "pull"):
             p.add_argument("--force", action="store_true",
                            help="output: download while RUNNING; pull: overwrite local edits")

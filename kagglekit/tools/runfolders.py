@@ -21,7 +21,11 @@ from .. import atomic
 
 # Parameters that change how a run is executed, not what it computes: a run with other
 # values of these is the same run continued, in the same folder.
-NEUTRAL = frozenset({"force_retrain", "time_budget_s", "save_every_min"})
+# Inference settings are neutral too: another test set (test_dir) or window overlap, flips or
+# threshold reuses the finished training of this folder and predicts again (submission.zip
+# then holds the new test set; the earlier masks stay in predictions/).
+NEUTRAL = frozenset({"force_retrain", "time_budget_s", "save_every_min",
+                     "test_dir", "overlap", "flips", "threshold"})
 LATEST = "latest"
 
 

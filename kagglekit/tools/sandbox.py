@@ -7,6 +7,8 @@ a venv of its own: never the project's, never the kit installed), three versions
 
     <root>/input/datasets/sandbox/kagglekit-wheels   the wheels dataset (read-only)
     <root>/input/notebooks/sandbox/<slug>             the previous version's output (read-only)
+    <root>/input/competitions/<competition>           a stand-in in the competition's layout
+                                                     (tools/standins.py), for competition_sources
     <root>/working                                   this version's output
 
 with the internet dead (proxies at a closed port, pip without an index or config) and
@@ -144,11 +146,14 @@ def _unmount(folder: Path) -> None:
 
 
 def run_version(built: Path, slug: str, version: int, root: Path, previous: Path | None,
-                wheels_dataset: Path, jupyter: Path, cap: int) -> Outcome:
+                wheels_dataset: Path, jupyter: Path, cap: int,
+                competitions: dict | None = None) -> Outcome:
     """One kernel version: mount the inputs, execute, check the inputs and the chain."""
     name = built.stem
     inputs = root / "input"
     _mount(wheels_dataset, inputs / "datasets" / OWNER / "kagglekit-wheels")
+    for competition, stand_in in (competitions or {}).items():
+        _mount(stand_in, inputs / "competitions" / competition)
     if previous is not None:
         _mount(previous, inputs / "notebooks" / OWNER / slug)
     working = root / "working"
@@ -199,11 +204,14 @@ def verdict(version: int, chain: dict) -> tuple[bool, str]:
 def _versions(name: str, meta: dict, built: Path, work: Path, dataset: Path, jupyter: Path,
               cap: int) -> list[Outcome]:
     """Versions 1 to 3 of one notebook, each mounting the previous one's output."""
+    from .standins import make
     outcomes, previous = [], None
     notebook = built / f"{meta['slug']}.ipynb"
+    competitions = {c: make(c, work / "competitions" / c) for c in meta.get("competition_sources", [])}
     for version in range(1, VERSIONS + 1):
         root = work / name / f"v{version}"
-        outcome = run_version(notebook, meta["slug"], version, root, previous, dataset, jupyter, cap)
+        outcome = run_version(notebook, meta["slug"], version, root, previous, dataset, jupyter, cap,
+                              competitions)
         print(f"sandbox {name} v{version}: {outcome.verdict} [{outcome.seconds:.1f} s]", flush=True)
         outcomes.append(outcome)
         if not outcome.ok:

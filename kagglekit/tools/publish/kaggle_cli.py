@@ -156,3 +156,14 @@ def pull(kernel: str, dest: Path) -> tuple[Path, dict]:
 def quota() -> str:
     """GPU and TPU hours used and left this week, as the CLI prints them."""
     return run_cli("quota").strip()
+
+
+def submit_code(competition: str, kernel: str, version: int, file_name: str, message: str) -> str:
+    """Submit ``file_name`` of ``kernel``'s version ``version`` to a code competition (Kaggle
+    reruns that version on the hidden test set); the server's answer."""
+    out = run_cli("competitions", "submit", competition, "-k", kernel, "-v", str(version),
+                  "-f", file_name, "-m", message)
+    if re.search(r"^(Could not|.*error)", out, re.M | re.I):
+        raise KaggleError(f"`kaggle competitions submit` refused: {out.strip()[-500:]}")
+    return out.strip()
+

@@ -1,0 +1,153 @@
+"""3-D segmentation on the Vesuvius layout: lazy volumes, the ignore label, the threshold
+baseline, the submission check, and the Kaggle parameters' memory on a T4."""
+import io
+import json
+import tracemalloc
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tifffile
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import kagglekit as kk
+from kagglekit import segment3d, volumes
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "notebooks" / "segmentation_3d.ipynb"
+
+
+def notebook_defs(*names: str) -> dict:
+    """The notebook's own definitions of ``names`` (its cells run in a namespace holding
+    the notebook's imports): the tests check the code a Kaggle user reads and edits."""
+    ns = {"torch": torch, "nn": nn, "F": F, "np": np, "kk": kk}
+    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and any(f"def {n}(" in source or f"class {n}(" in source
+                                               for n in names):
+            exec(compile(source, str(NOTEBOOK), "exec"), ns)
+    missing = [n for n in names if n not in ns]
+    assert not missing, f"the notebook defines no {missing}"
+    return ns
+
+
+def sheet_volume(shape, seed=0):
+    """uint8 image with a bright wavy sheet, and its 0 / 1 / 2 labels (a slab unlabelled)."""
+    rng = np.random.default_rng(seed)
+    z = np.arange(shape[0])[:, None, None]
+    y = np.arange(shape[1])[None, :, None]
+    surface = shape[0] / 2 + 3 * np.sin(y / 5.0)
+    label = (np.abs(z - surface) < 1.0).astype(np.uint8) * np.ones(shape, np.uint8)
+    image = np.clip(rng.normal(100, 30, shape) + 60 * label, 0, 255).astype(np.uint8)
+    label[:, :, : shape[2] // 6] = volumes.IGNORE
+    return image, label
+
+
+def test_a_tiff_is_read_by_crop_memory_mapped_or_page_by_page(tmp_path):
+    image, _ = sheet_volume((20, 24, 28))
+    plain = volumes.TiffVolume(volumes.write_volume(tmp_path / "a.tif", image))
+    packed = volumes.TiffVolume(volumes.write_volume(tmp_path / "b.tif", image, compress=True))
+    assert plain._mapped is not None and packed._mapped is None
+    for v in (plain, packed):
+        assert v.shape == (20, 24, 28) and v.dtype == np.uint8
+        assert np.array_equal(v.crop((3, 4, 5), (6, 7, 8)), image[3:9, 4:11, 5:13])
+        assert np.array_equal(v.read(), image)
+
+
+def test_a_volume_larger_than_the_memory_it_is_allowed_is_trained_on_by_patches(tmp_path):
+    shape = (96, 256, 256)  # 6.3 MB as uint8, 25 MB as float32
+    image, label = sheet_volume(shape)
+    vol = volumes.TiffVolume(volumes.write_volume(tmp_path / "big.tif", image))
+    lab = volumes.TiffVolume(volumes.write_volume(tmp_path / "big_labels.tif", label))
+    allowance = image.nbytes // 2  # less than the volume itself, let alone as float32
+    del image, label
+    model = nn.Sequential(nn.Conv3d(1, 4, 3, padding=1), nn.GELU(), nn.Conv3d(4, 1, 1))
+    loss = lambda m, b: F.binary_cross_entropy_with_logits(m(b[0]), (b[1] == 1).float())  # noqa: E731
+    train = lambda data: kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),  # noqa: E731
+                                kk.make_loader(data, 4, num_workers=0), loss, epochs=1, progress=False)
+    train(torch.utils.data.TensorDataset(torch.zeros(4, 1, 8, 8, 8), torch.zeros(4, 1, 8, 8, 8)))
+    tracemalloc.start()  # after a first fit: the imports it makes are not the reading
+    try:
+        result = train(segment3d.Patches([vol], [lab], 16, 32, seed=0))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.summary()["steps"] == 8
+    assert peak < allowance, f"reading peaked at {peak / 1e6:.1f} MB"
+
+
+def test_voxels_labelled_2_change_neither_the_loss_nor_the_dice():
+    surface_loss = notebook_defs("surface_loss")["surface_loss"]
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 3, (2, 1, 8, 8, 8), generator=g).float()
+    logits = torch.randn(2, 1, 8, 8, 8, generator=g)
+    other = logits.clone()
+    other[labels == 2] = torch.randn(int((labels == 2).sum()), generator=g) * 10
+    assert torch.equal(surface_loss(logits, labels), surface_loss(other, labels))
+    assert segment3d.dice(logits > 0, labels) == segment3d.dice(other > 0, labels)
+    changed = logits.clone()
+    changed[labels == 0] += 5  # a labelled voxel does count
+    assert surface_loss(changed, labels) > surface_loss(logits, labels)
+    assert segment3d.dice(changed > 0, labels) < segment3d.dice(logits > 0, labels)
+
+
+def test_the_threshold_baseline_is_the_best_threshold_by_dice():
+    image, label = sheet_volume((24, 24, 24), seed=3)
+    t, score = segment3d.best_threshold(segment3d.threshold_counts(image, label))
+    brute = [segment3d.dice(torch.from_numpy(image >= c), torch.from_numpy(label)) for c in range(256)]
+    assert score == pytest.approx(max(brute)) and brute[t] == pytest.approx(score)
+
+
+def _zip(path, masks: dict) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, mask in masks.items():
+            buf = io.BytesIO()
+            tifffile.imwrite(buf, mask, photometric="minisblack")
+            zf.writestr(name, buf.getvalue())
+    return path
+
+
+def test_the_submission_check_names_every_missing_wrong_or_extra_mask(tmp_path):
+    expected = {"a": (4, 5, 6), "b": (6, 5, 4)}
+    good = _zip(tmp_path / "good.zip", {"a.tif": np.zeros((4, 5, 6), np.uint8),
+                                        "b.tif": np.ones((6, 5, 4), np.uint8)})
+    assert segment3d.check_submission(good, expected) == 2
+    bad = _zip(tmp_path / "bad.zip", {"a.tif": np.zeros((4, 5, 7), np.uint8),
+                                      "c.tif": np.zeros((4, 5, 6), np.uint8)})
+    with pytest.raises(segment3d.SubmissionError) as err:
+        segment3d.check_submission(bad, expected)
+    text = str(err.value)
+    assert "no mask for test id b" in text and "c.tif is not a test id" in text
+    assert "a.tif is uint8 (4, 5, 7), must be uint8 (4, 5, 6)" in text
+    wrong = _zip(tmp_path / "w.zip", {"a.tif": np.zeros((4, 5, 6), np.float32),
+                                      "b.tif": np.full((6, 5, 4), 255, np.uint8)})
+    with pytest.raises(segment3d.SubmissionError, match="a.tif is float32.*b.tif holds values above 1"):
+        segment3d.check_submission(wrong, expected)
+
+
+def test_the_layout_reader_names_what_is_missing(tmp_path):
+    image, label = sheet_volume((16, 16, 16))
+    volumes.write_layout(tmp_path / "comp", {"t1": (image, label)}, {"x1": image})
+    layout = volumes.read_layout(tmp_path)  # found below the given folder, as under /kaggle/input
+    assert (layout.train_ids, layout.test_ids) == (["t1"], ["x1"])
+    (tmp_path / "comp" / "train_labels" / "t1.tif").unlink()
+    with pytest.raises(FileNotFoundError, match="train.csv lists t1 but .*train_labels/t1.tif is missing"):
+        volumes.read_layout(tmp_path)
+    with pytest.raises(FileNotFoundError, match="holds no train.csv"):
+        volumes.read_layout(tmp_path / "comp" / "test_images")
+
+
+def test_the_kaggle_parameters_fit_a_t4_by_the_memory_estimate():
+    params = json.loads((REPO / "kernel-metadata" / "segmentation_3d.json").read_text())["parameters"]
+    unet = notebook_defs("UNet3D")["UNet3D"]
+    patch, batch = params["patch"], params["batch_size"]
+    estimate = kk.memory.training_estimate_gb(lambda: unet(params["width"], params["depth"]),
+                                              (1, patch, patch, patch), batch)
+    assert 1.0 < estimate["total_gb"] < 15.0 * 0.6  # a T4's 15 GB, with room for the allocator
+    assert patch % 2 ** params["depth"] == 0
+    double = kk.memory.training_estimate_gb(lambda: unet(params["width"], params["depth"]),
+                                            (1, patch, patch, patch), 2 * batch)
+    assert double["activations_gb"] == pytest.approx(2 * estimate["activations_gb"])
