@@ -131,12 +131,31 @@ def test_the_cli_prints_a_typo_as_one_line_and_starts_nothing(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_a_missing_data_dir_fails_with_its_name(tmp_path, path):
+def test_a_missing_data_dir_fails_with_its_name(tmp_path):
     import papermill
     with pytest.raises(papermill.PapermillExecutionError,
                        match="data_dir='/no/such/folder' does not exist"):
-        run_notebook(path, {"data_dir": "/no/such/folder"}, output_dir=tmp_path, progress=False)
+        run_notebook(REPO / "notebooks" / "quickstart.ipynb", {"data_dir": "/no/such/folder"},
+                     output_dir=tmp_path, progress=False)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_notebook_starts_with_kk_start_which_checks_data_dir_before_any_work(path, monkeypatch,
+                                                                                  tmp_path):
+    """kk.start checks data_dir (the test above sees its message end to end); every notebook
+    calls it in its first cell after the parameters, before it reads or trains anything."""
+    import kagglekit as kk
+    from kagglekit.run import DataDirError
+    cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    assert "parameters" in cells[0]["metadata"].get("tags", [])
+    assert f'kk.start(globals(), "{path.stem}"' in "".join(cells[1]["source"])
+    namespace: dict = {}
+    exec("".join(cells[0]["source"]), namespace)
+    declared = {k: v for k, v in namespace.items() if not k.startswith("__")}
+    namespace["data_dir"] = "/no/such/folder"
+    monkeypatch.setenv("KAGGLEKIT_OUTPUT", str(tmp_path))
+    with pytest.raises(DataDirError, match="data_dir='/no/such/folder' does not exist"):
+        kk.start(namespace, path.stem, declared=declared, verbose=False)
 
 
 @pytest.mark.slow
@@ -271,56 +290,45 @@ def test_segmentation_3d_killed_mid_training_resumes_when_run_again(tmp_path):
 
 
 @pytest.mark.slow
-def test_timeseries_rerun_hits_every_model_one_change_retrains_one_force_retrains_all(tmp_path):
+def test_timeseries_on_a_long_table_rerun_hits_every_model_and_one_change_retrains_one(tmp_path):
+    """A Parquet table in the layout of a forecasting competition (three stores of different
+    lengths and starts, dates as text, gaps in a feature) through data_dir; a rerun trains
+    nothing; changing one model's parameter retrains that model only."""
+    from test_timeseries import write_long_table
+    write_long_table(tmp_path / "data", suffix=".parquet")
     path = REPO / "notebooks" / "timeseries_forecast.ipynb"
+    params = {"smoke": True, "data_dir": str(tmp_path / "data"), "time_column": "date",
+              "target_column": "sales", "feature_columns": "promo", "series_column": "store",
+              "period": 7}
     models = {"xgboost", "lightgbm", "lstm", "lstm_tuned"}
-    out = run_notebook(path, {"smoke": True}, output_dir=tmp_path / "ts", progress=False)
+    out = run_notebook(path, params, output_dir=tmp_path / "ts", progress=False)
     first = _metrics(out)
     assert {e["name"] for e in first["cache"]["entries"] if not e["hit"]} == models
     rows = {r["model"]: r for r in first["models"]}
     assert set(rows) == models | {"seasonal_naive", "ensemble"}
     assert _finite_numbers(first) and all(r["mae"] > 0 for r in rows.values())
-    assert rows["ensemble"]["mae"] < rows["seasonal_naive"]["mae"]
+    assert first["cuts"][0].startswith("2024-") and all(n > 0 for n in first["windows"].values())
     assert abs(sum(first["ensemble_weights"].values()) - 1) < 1e-6
     for model in ("xgboost", "lightgbm", "lstm"):  # each search ran its total
-        assert first[f"search_{model}"]["trials"].get("COMPLETE", 0) + \
-            first[f"search_{model}"]["trials"].get("PRUNED", 0) == 2
-    assert (out / "cache" / "lightgbm").rglob("value.txt")
+        trials = first[f"search_{model}"]["trials"]
+        assert trials.get("COMPLETE", 0) + trials.get("PRUNED", 0) == 2
+    assert list((out / "cache" / "lightgbm").rglob("value.txt"))
+    for png in ("forecast.png", "models.png", "learning_curves_lstm.png"):
+        assert (out / png).exists()
     assert_reads_as_a_report(out, "timeseries_forecast")
     stamps = {p: p.stat().st_mtime_ns for p in [*(out / "checkpoints").rglob("step-*"),
                                                  *(out / "tune").glob("*.db")]}
     assert len([p for p in stamps if p.suffix == ".db"]) == 3
 
-    second = _metrics(run_notebook(path, {"smoke": True}, output_dir=out, progress=False))
+    second = _metrics(run_notebook(path, params, output_dir=out, progress=False))
     assert (second["cache"]["hits"], second["cache"]["misses"]) == (4, 0)
     assert second["cache"]["seconds_saved"] > 0
     assert [r["mae"] for r in second["models"]] == [r["mae"] for r in first["models"]]
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # no training step, no new trial
 
-    changed = _metrics(run_notebook(path, {"smoke": True, "lgb_rounds": 150}, output_dir=out,
+    changed = _metrics(run_notebook(path, {**params, "lgb_rounds": 150}, output_dir=out,
                                     progress=False))
     assert [e["name"] for e in changed["cache"]["entries"] if not e["hit"]] == ["lightgbm"]
-    forced = _metrics(run_notebook(path, {"smoke": True, "force_retrain": True}, output_dir=out,
-                                   progress=False))
-    assert (forced["cache"]["hits"], forced["cache"]["misses"]) == (0, 4)
-    for png in ("forecast.png", "models.png", "learning_curves_lstm.png"):
-        assert (out / png).exists()
-
-
-@pytest.mark.slow
-def test_timeseries_reads_a_long_competition_table_through_data_dir(tmp_path):
-    from test_timeseries import write_long_table
-    write_long_table(tmp_path / "data", suffix=".parquet")
-    params = {"smoke": True, "data_dir": str(tmp_path / "data"), "time_column": "date",
-              "target_column": "sales", "feature_columns": "promo", "series_column": "store",
-              "period": 7}
-    out = run_notebook(REPO / "notebooks" / "timeseries_forecast.ipynb", params,
-                       output_dir=tmp_path / "ts", progress=False)
-    m = _metrics(out)
-    assert {r["model"] for r in m["models"]} == {"seasonal_naive", "xgboost", "lightgbm", "lstm", "lstm_tuned",
-                                                 "ensemble"}
-    assert _finite_numbers(m) and m["cuts"][0] < m["cuts"][1]
-    assert m["cuts"][0].startswith("2024-") and all(n > 0 for n in m["windows"].values())
 
 
 @pytest.mark.slow

@@ -91,3 +91,12 @@ def test_loader_workers_follow_num_workers(monkeypatch):
     monkeypatch.setenv("NUM_WORKERS", "four")
     with pytest.raises(ValueError, match="NUM_WORKERS='four' must be a whole number"):
         data.make_loader(dataset, 8)
+
+
+def test_the_builtin_series_form_a_long_table_of_every_series_in_time_order():
+    frame, channels = timeseries.builtin_table(3, 200, 4, seed=5)
+    assert channels == ["target", "x1", "x2", "x3"] and len(frame) == 600
+    assert list(frame.columns) == ["series", "time", *channels]
+    assert frame.groupby("series")["time"].apply(lambda t: t.is_monotonic_increasing).all()
+    first, other = frame[frame.series == "s0"], frame[frame.series == "s1"]
+    assert not np.allclose(first["target"].to_numpy(), other["target"].to_numpy())  # own seeds
