@@ -258,7 +258,7 @@ def test_submit_sends_a_finished_versions_valid_zip_and_refuses_anything_else(tm
     kernel = "tester/kagglekit-segmentation-3d"
     comp = json.loads((REPO / "kernel-metadata" / "segmentation_3d.json").read_text())["competition_sources"]
     assert comp == ["vesuvius-challenge-surface-detection"]
-    metrics = json.dumps({"submission": {"test_ids": ["a1", "b2"]}}).encode()
+    metrics = json.dumps({"submission": {"test_ids": ["a1", "b2"]}, "chain": {"fit": "skipped"}}).encode()
     good = _masks_zip({"a1": ((4, 5, 6), "uint8"), "b2": ((6, 5, 4), "uint8")})
     with FakeKaggle() as kaggle:
         kaggle.kernels[kernel] = {"text": "{}", "newTitle": "t", "language": "python",
@@ -280,8 +280,13 @@ def test_submit_sends_a_finished_versions_valid_zip_and_refuses_anything_else(tm
         kaggle.files["submission.zip"] = _masks_zip({"a1": ((4, 5, 6), "uint8")})
         missing = _cli("submit", "segmentation_3d", "--output", out, env=env)
         assert missing.returncode == 1 and "no mask for test id b2" in missing.stderr
-        assert submits() == []  # nothing reached the competition so far
         kaggle.files["submission.zip"] = good
+        kaggle.files["metrics.json"] = json.dumps({"submission": {"test_ids": ["a1", "b2"]},
+                                                   "chain": {"fit": "trained"}}).encode()
+        trained = _cli("submit", "segmentation_3d", "--output", out, env=env)
+        assert trained.returncode == 1 and "would train again" in trained.stderr
+        assert submits() == []  # nothing reached the competition so far
+        kaggle.files["metrics.json"] = metrics
         ok = _cli("submit", "segmentation_3d", "--output", out, "-m", "v5 flips=3", env=env)
         assert ok.returncode == 0, ok.stderr
         assert "submitted version 5" in ok.stdout

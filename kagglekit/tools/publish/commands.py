@@ -146,10 +146,15 @@ def submission_problem(folder: Path) -> str:
     zipped = folder / "submission.zip"
     if not zipped.exists():
         return "its output has no submission.zip"
-    metrics = folder / "metrics.json"
-    ids = json.loads(metrics.read_text()).get("submission", {}).get("test_ids") if metrics.exists() else None
+    metrics = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").exists() else {}
+    ids = metrics.get("submission", {}).get("test_ids")
     if not ids:
         return "its metrics.json does not record the test ids the zip must hold"
+    training = sorted(label for label, did in metrics.get("chain", {}).items() if did in ("trained", "resumed"))
+    if training:
+        return (f"it trained ({', '.join(training)}): Kaggle's rerun on the hidden test set would train "
+                "again. Push once more (that version finds the finished training and only predicts), "
+                "then submit it")
     try:
         check_submission(zipped, dict.fromkeys(ids))
     except (SubmissionError, OSError, ValueError) as err:
