@@ -7,9 +7,10 @@ of them and the entry misses.
 
 Entries live in ``<working>/cache/<name>/<key>/``: the value in a format that
 cannot run code when loaded (torch with ``weights_only=True``, JSON, XGBoost's
-own UBJSON model format, LightGBM's own text model format) and ``meta.json`` with its sha256. On Kaggle a miss in
-the working dir is looked up in the attached inputs (the previous kernel
-version's output) and a hit there is copied over, so the next version has it too.
+own UBJSON model format, LightGBM's own text model format) and ``meta.json`` with
+its sha256. On Kaggle a miss in the working dir is looked up in the attached
+inputs (the previous kernel version's output) and a hit there is copied over, so
+the next version has it too.
 """
 from __future__ import annotations
 

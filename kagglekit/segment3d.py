@@ -145,13 +145,17 @@ def sliding_window(model, volume: torch.Tensor, patch: int, overlap: float = 0.5
 
 
 def write_submission(path: Path | str, masks: dict[str, Path]) -> Path:
-    """``submission.zip``: one ``<id>.tif`` per test volume (the mask files as written),
-    atomically."""
+    """``submission.zip``: one plain (uncompressed) uint8 ``<id>.tif`` per test volume, the
+    zip deflating them, written atomically. The mask files may be zlib-compressed TIFFs
+    (a 320^3 mask is 33 MB raw, a few hundred KB compressed: /kaggle/working holds 20 GB)."""
+    import tifffile
     path = Path(path)
     with atomic.atomic_path(path) as tmp:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
             for vid, file in masks.items():
-                zf.write(file, f"{vid}.tif")
+                buf = io.BytesIO()
+                tifffile.imwrite(buf, tifffile.imread(file), photometric="minisblack")
+                zf.writestr(f"{vid}.tif", buf.getvalue())
     return path
 
 

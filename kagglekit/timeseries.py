@@ -31,8 +31,9 @@ def _find_file(path: Path, name: str) -> Path:
         found = [p for p in found if p.name == name or p.stem == name]
     if len(found) != 1:
         listed = ", ".join(p.name for p in found[:8]) or "none"
-        raise TableError(f"{path}: need exactly one .csv/.parquet table{f' named {name!r}' if name else ''}"
-                         f", found {listed}; set table= to the file's name")
+        named = f" named {name!r}" if name else ""
+        raise TableError(f"{path}: need exactly one .csv/.parquet table{named}, found {listed}; "
+                         "set table= to the file's name")
     return found[0]
 
 
