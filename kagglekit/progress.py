@@ -55,9 +55,10 @@ def quiet():
 class _Lines:
     """tqdm's small interface, printing a line per epoch or per ``every_s`` seconds."""
 
-    def __init__(self, total: int | None, desc: str, every_s: float, min_gap_s: float):
+    def __init__(self, total: int | None, desc: str, every_s: float, min_gap_s: float,
+                 initial: int = 0):
         self.total, self.desc, self.every_s, self.min_gap_s = total, desc, every_s, min_gap_s
-        self.n, self.postfix = 0, ""
+        self.n, self.initial, self.postfix = initial, initial, ""  # initial: done before this session
         self.started = self.last = time.monotonic()
 
     def update(self, n: int = 1) -> None:
@@ -75,10 +76,10 @@ class _Lines:
 
     def _print(self, now: float) -> None:
         self.last = now
-        rate = self.n / max(now - self.started, 1e-9)
+        done = self.n - self.initial
+        rate = f", {done / max(now - self.started, 1e-9):.1f} steps/s" if done else ""
         of = f"/{self.total}" if self.total else ""
-        print(f"{self.desc}: {self.n}{of} steps, {rate:.1f} steps/s {self.postfix}".rstrip(),
-              flush=True)
+        print(f"{self.desc}: {self.n}{of} steps{rate} {self.postfix}".rstrip(), flush=True)
 
     def close(self) -> None:
         self._print(time.monotonic())
@@ -91,15 +92,17 @@ class _Silent:
 
 
 def bar(total: int | None, desc: str, *, enabled: bool = True, every_s: float = 60.0,
-        min_gap_s: float = 10.0):
-    """A progress object with ``update``, ``set_postfix_str`` and ``close``."""
+        min_gap_s: float = 10.0, initial: int = 0):
+    """A progress object with ``update``, ``set_postfix_str`` and ``close``; ``initial``:
+    steps done before (a resumed run), counted in the position but not in the rate."""
     if not enabled or _quiet.get():
         return _Silent()
     if not watched():
-        return _Lines(total, desc, every_s, min_gap_s)
+        return _Lines(total, desc, every_s, min_gap_s, initial)
     try:
         import ipywidgets  # noqa: F401  (without it tqdm.auto warns and falls back to text)
         from tqdm.auto import tqdm
     except ImportError:
         from tqdm import tqdm
-    return tqdm(total=total, desc=desc, dynamic_ncols=True, mininterval=0.5, file=sys.stdout)
+    return tqdm(total=total, desc=desc, dynamic_ncols=True, mininterval=0.5, file=sys.stdout,
+                initial=initial)

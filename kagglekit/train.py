@@ -211,8 +211,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
     sampler = monitor.GPUSampler()
     if watch.monitor_gpu and device.type == "cuda" and ranks.is_main() and not finished:
         sampler.start()
-    bar = progress_bar(_total_steps(loop, epochs), "train", enabled=watch.progress and ranks.is_main())
-    bar.update(parts.state.step)
+    bar = progress_bar(_total_steps(loop, epochs), "train", enabled=watch.progress and ranks.is_main(),
+                       initial=parts.state.step)
     try:
         graphs.install()
         with guards.Interrupts():  # Stop button / SIGTERM: save after this step, then stop

@@ -163,3 +163,17 @@ def test_a_checkpoint_of_another_config_is_not_resumed(tmp_path):
         other = kk.fit(model, opt, data.make_loader(ds, 64, num_workers=0), LOSS, epochs=1,
                        checkpoints=ckpt, progress=False, config={"lr": 0.2, "epochs": 1})
     assert other.resumed_from is None and other.steps == len(ds) // 64
+
+
+def test_a_resumed_runs_progress_line_rates_only_this_sessions_steps(capsys, monkeypatch):
+    from kagglekit import progress
+    monkeypatch.setattr(progress, "watched", lambda: False)  # a batch run: lines, not a widget
+    skipped = progress.bar(16, "train", initial=16)  # a finished run found on disk
+    skipped.close()
+    assert capsys.readouterr().out.strip() == "train: 16/16 steps"
+    resumed = progress.bar(40, "train", initial=30)
+    resumed.started -= 2.0  # two seconds for the ten steps of this session
+    resumed.update(10)
+    resumed.close()
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("train: 40/40 steps, ") and 4.0 < float(line.split(", ")[1].split()[0]) <= 5.0
