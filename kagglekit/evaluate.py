@@ -5,6 +5,7 @@ import torch
 import torch.distributed as dist
 
 from . import data, ranks, workcap
+from .volumes import IGNORE
 
 
 def _all_sum(t: torch.Tensor) -> torch.Tensor:
@@ -28,7 +29,7 @@ def classification(loader, device, loss=torch.nn.functional.cross_entropy):
     return evaluate
 
 
-def segmentation(loader, device, loss_fn, ignore: int = 2):
+def segmentation(loader, device, loss_fn, ignore: int = IGNORE):
     """``evaluate(model) -> {"val_loss", "val_dice"}`` over patches (all ranks together);
     labels equal to ``ignore`` count in neither."""
     def evaluate(model) -> dict:
