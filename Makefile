@@ -8,6 +8,7 @@ SANDBOX_STAMP := .sandbox/venv/.image-sha256
 NB ?=
 P ?=
 PYTEST_ARGS ?=
+TEST_JOBS ?= 2
 
 .PHONY: help setup run runs view test sandbox gpu-check soak bench lint clean build push status logs output pull quota compare submit
 
@@ -49,9 +50,11 @@ view: $(STAMP)
 $(SANDBOX_STAMP): sandbox/kaggle-image.txt $(STAMP)
 	$(PY) -c "from kagglekit.tools.sandbox import kernel_python; kernel_python()"
 
-## test: the whole suite on CPU (GPU tests are skipped without a GPU; the full sandbox run is `make sandbox`)
+## test: the whole suite on CPU, the sandbox's six notebooks included (GPU tests are skipped without a GPU; TEST_JOBS=2 workers)
+# Two xdist workers, the longest tests first (tests/conftest.py); --maxschedchunk 1 hands
+# each worker its next test only when it needs one, so neither idles at the end.
 test: $(STAMP) $(SANDBOX_STAMP)
-	$(PY) -m pytest -m "not sandbox" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_JOBS) --maxschedchunk 1 $(PYTEST_ARGS)
 
 ## build / push / status / logs / output / pull / compare: the Kaggle round trip (NB=name; push of every notebook needs ALL=1)
 build compare logs: $(STAMP)

@@ -8,7 +8,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` run only where CUDA is; elsewhere they are skipped, and say so."""
+    """The longest first (the sandbox's notebooks, then the other slow ones), so that two
+    xdist workers (`make test`) end together. Tests marked ``gpu`` run only where CUDA is;
+    elsewhere they are skipped, and say so."""
+    items.sort(key=lambda item: 0 if "sandbox" in item.keywords else 1 if "slow" in item.keywords else 2)
     import torch
     if torch.cuda.is_available():
         return

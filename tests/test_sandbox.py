@@ -4,7 +4,9 @@ The full run of all six notebooks is marked ``sandbox`` (``pytest -m sandbox``; 
 leaves it out: beside the suite it took the 2-core CI machine past 15 minutes). The kernel
 environment is built once from sandbox/kaggle-image.txt (about 35 s on a fresh machine).
 """
+import contextlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,17 +19,12 @@ NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))  # all 
 pytestmark = [pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def kernel_env():
     """The sandbox venv (`make test` builds it first; reused while the image list is unchanged)."""
-    import os
-    cwd = os.getcwd()
-    os.chdir(REPO)
-    try:
-        from kagglekit.tools.sandbox import kernel_python
+    from kagglekit.tools.sandbox import kernel_python
+    with _in_repo():
         python = kernel_python()
-    finally:
-        os.chdir(cwd)
     have = subprocess.run([str(python), "-I", "-c", "import importlib.util as u, torch, numpy; "
                            "print(u.find_spec('torch_geometric') is None, u.find_spec('kagglekit') is None,"
                            " numpy.__version__)"], capture_output=True, text=True, check=True)
@@ -35,19 +32,36 @@ def kernel_env():
     return python
 
 
+@pytest.fixture(scope="session")
+def bench(kernel_env, tmp_path_factory):
+    """The kit's wheel and the wheels dataset, built once (per xdist worker) for all six."""
+    from kagglekit.tools import sandbox
+    with _in_repo():
+        yield sandbox.prepare(tmp_path_factory.mktemp("box"), NOTEBOOKS)
+
+
+@contextlib.contextmanager
+def _in_repo():
+    cwd = os.getcwd()
+    os.chdir(REPO)  # kernel-metadata/ and notebooks/ are read relative to the checkout
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+
+
 @pytest.mark.sandbox
-def test_every_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_or_skip(
-        kernel_env, tmp_path):
-    """All six in one sandbox run (one wheel build, one wheels dataset), as `make sandbox`."""
-    done = subprocess.run([sys.executable, "-m", "kagglekit.tools.cli", "sandbox",
-                           "--keep", str(tmp_path / "box")], cwd=REPO, capture_output=True,
-                          text=True, timeout=1800)
-    for notebook in NOTEBOOKS:
-        lines = [line for line in done.stdout.splitlines() if line.startswith(f"sandbox {notebook} v")]
-        assert len(lines) == 3 and all(": ok (" in line for line in lines), done.stdout + done.stderr[-3000:]
-        for version in (2, 3):
-            _check_a_later_version(notebook, tmp_path / "box" / notebook / f"v{version}" / "working")
-    assert done.returncode == 0
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_or_skip(
+        bench, notebook):
+    """What `make sandbox NB=<notebook>` runs: the build push sends, three versions."""
+    from kagglekit.tools import sandbox
+    with _in_repo():
+        outcomes = sandbox.run_notebook(notebook, bench)
+    assert [(o.version, o.ok) for o in outcomes] == [(1, True), (2, True), (3, True)], \
+        [o.verdict for o in outcomes]
+    for version in (2, 3):
+        _check_a_later_version(notebook, bench.work / notebook / f"v{version}" / "working")
 
 
 def _check_a_later_version(notebook: str, working: Path) -> None:
@@ -61,12 +75,9 @@ def _check_a_later_version(notebook: str, working: Path) -> None:
 
 def test_a_missing_wheel_fails_in_the_first_cell_naming_the_package_and_the_fix(kernel_env, tmp_path):
     """The GNN without the wheels dataset attached: torch-geometric is not in Kaggle's image."""
-    import os
     from kagglekit.tools import sandbox
     from kagglekit.tools.publish import build as build_mod
-    cwd = os.getcwd()
-    os.chdir(REPO)
-    try:
+    with _in_repo():
         built = build_mod.build("gnn_node_classification", out_root=tmp_path / "build",
                                 owner=sandbox.OWNER)
         empty = tmp_path / "no-wheels"
@@ -75,8 +86,6 @@ def test_a_missing_wheel_fails_in_the_first_cell_naming_the_package_and_the_fix(
         outcome = sandbox.run_version(built / "kagglekit-gnn-node-classification.ipynb",
                                       "kagglekit-gnn-node-classification", 1, tmp_path / "v1",
                                       None, empty, jupyter, sandbox.CAP)
-    finally:
-        os.chdir(cwd)
     assert not outcome.ok
     assert outcome.verdict.startswith("FAILED: ModuleNotFoundError: torch-geometric (a wheel "
                                       "torch_geometric-2.8.1-*.whl): not in Kaggle's image")

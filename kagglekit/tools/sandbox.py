@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ OWNER = "sandbox"
 VERSIONS = 3
 CAP = 1  # KAGGLEKIT_WORK_CAP in the sandbox: one step per fit, one batch per loop
 DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens, every request fails
+_BUILDING = threading.Lock()
 
 
 @dataclass
@@ -220,25 +222,46 @@ def _versions(name: str, meta: dict, built: Path, work: Path, dataset: Path, jup
     return outcomes
 
 
+@dataclass
+class Bench:
+    """What every notebook's versions share: the kernel environment's spec, the kit's
+    wheel and the wheels dataset (built once per sandbox run)."""
+    work: Path
+    jupyter: Path
+    kit_wheel: Path
+    dataset: Path
+
+
+def prepare(work: Path, names: list[str]) -> Bench:
+    """The kernel environment, the kit's wheel and the wheels dataset for ``names``."""
+    from .publish import build as build_mod, metadata, wheels
+    python = kernel_python()
+    jupyter = _kernelspec(work / "jupyter", python)
+    kit_wheel, _ = build_mod.build_wheel(work / "build" / "_wheel")
+    extras = sorted({w for n in names
+                     for w in metadata.load(Path("kernel-metadata") / f"{n}.json").get("wheels", [])})
+    return Bench(work, jupyter, kit_wheel, wheels.build_dataset(work / "wheels", OWNER, kit_wheel, extras))
+
+
+def run_notebook(name: str, bench: Bench, cap: int = CAP) -> list[Outcome]:
+    """``name`` built exactly as ``make push`` builds it, then its three versions."""
+    from .publish import build as build_mod, metadata
+    meta = metadata.load(Path("kernel-metadata") / f"{name}.json")
+    with _BUILDING:  # one build at a time: they share the build folder and git's index
+        built = build_mod.build(name, out_root=bench.work / "build", wheel=bench.kit_wheel, owner=OWNER)
+    return _versions(name, meta, built, bench.work, bench.dataset, bench.jupyter, cap)
+
+
 def sandbox(names: list[str], cap: int = CAP, keep: Path | None = None, jobs: int = 1) -> int:
     """Every notebook in ``names``, three versions each (``jobs`` notebooks at a time);
     0 when all are ok."""
     from concurrent.futures import ThreadPoolExecutor
-    from .publish import build as build_mod, metadata, wheels
-    python = kernel_python()
     work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="kagglekit-sandbox-"))
     outcomes = []
     try:
-        jupyter = _kernelspec(work / "jupyter", python)
-        kit_wheel, _ = build_mod.build_wheel(work / "build" / "_wheel")
-        metas = {n: metadata.load(Path("kernel-metadata") / f"{n}.json") for n in names}
-        extras = sorted({w for m in metas.values() for w in m.get("wheels", [])})
-        dataset = wheels.build_dataset(work / "wheels", OWNER, kit_wheel, extras)
-        built = {n: build_mod.build(n, out_root=work / "build", wheel=kit_wheel, owner=OWNER)
-                 for n in names}
+        bench = prepare(work, names)
         with ThreadPoolExecutor(max(1, jobs)) as pool:  # each notebook's versions stay in order
-            runs = [pool.submit(_versions, n, metas[n], built[n], work, dataset, jupyter, cap)
-                    for n in names]
+            runs = [pool.submit(run_notebook, n, bench, cap) for n in names]
             outcomes = [o for r in runs for o in r.result()]
     finally:
         if keep is None:
