@@ -89,9 +89,9 @@ quota: $(STAMP)
 soak: $(STAMP)
 	$(PY) tests/soak.py
 
-## sandbox: what push sends, run in Kaggle's image (sandbox/kaggle-image.txt), 3 versions each (NB=name)
+## sandbox: what push sends, run in Kaggle's image (sandbox/kaggle-image.txt), 3 versions each (NB=name, JOBS=2 side by side)
 sandbox: $(STAMP) $(SANDBOX_STAMP)
-	$(PY) -m kagglekit.tools.cli sandbox $(NB) $(if $(CAP),--cap $(CAP))
+	$(PY) -m kagglekit.tools.cli sandbox $(NB) $(if $(CAP),--cap $(CAP)) $(if $(JOBS),--jobs $(JOBS))
 
 ## gpu-check: on a CUDA machine, the gpu tests, gpu_figures.py and the sandbox, dated rows into RESULTS.md
 gpu-check: $(STAMP)

@@ -27,8 +27,12 @@ def process_start_time(pid: int | str = "self") -> float | None:
 
 
 def kernel_start_time() -> float:
-    """When this Kaggle session began: the container's first process, else this one."""
-    starts = [t for t in (process_start_time(1), process_start_time()) if t]
+    """When this Kaggle session began: the container's first process, else this one. In a
+    simulated Kaggle (``KAGGLEKIT_ROOT``) this process's start: the machine's first process
+    may have started hours before, and its 12 hours must not end a simulated session."""
+    from .env import where
+    pids = ("self",) if where().simulated else (1, "self")
+    starts = [t for t in map(process_start_time, pids) if t]
     return min(starts) if starts else time.time()
 
 

@@ -71,3 +71,19 @@ def test_a_run_on_other_gpus_than_pushed_for_says_so_loudly(capsys):
     result = env.check_accelerator(p100, "2:T4")
     assert not result["ok"] and result["found"] == ["Tesla P100-PCIE-16GB"]
     assert "asked for 2 x T4 but got Tesla P100-PCIE-16GB" in capsys.readouterr().err
+
+
+def test_the_kaggle_budget_counts_from_the_container_on_kaggle_and_from_the_kernel_when_simulated(
+        monkeypatch, kaggle_tree):
+    """A machine up for 13 hours must not end a simulated session at once (the sandbox's
+    kernels and these tests simulate Kaggle on long-lived machines); on Kaggle the
+    container's first process is the session's start."""
+    import time
+    from kagglekit import budget
+    now = time.time()
+    started = {1: now - 13 * 3600, "self": now - 5}
+    monkeypatch.setattr(budget, "process_start_time", lambda pid="self": started[pid])
+    assert budget.Budget.resolve(None).remaining() > 11 * 3600  # simulated: KAGGLEKIT_ROOT
+    monkeypatch.delenv("KAGGLEKIT_ROOT")
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Batch")
+    assert budget.Budget.resolve(None).remaining() < 0  # real Kaggle: 13 h since the container began

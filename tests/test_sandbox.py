@@ -1,9 +1,9 @@
 """What `make push` sends, run in Kaggle's image, three versions per notebook (`make sandbox`).
 
-The full run of all six notebooks is marked ``sandbox`` (``pytest -m sandbox``; `make test`
-leaves it out: beside the suite it took the 2-core CI machine past 15 minutes). The kernel
-environment is built once from sandbox/kaggle-image.txt (about 35 s on a fresh machine).
-"""
+Each notebook's three versions are one test marked ``sandbox`` (``pytest -m sandbox`` runs
+them alone); `make test` runs them first, beside the rest of the suite on a second xdist
+worker. The kernel environment is built once from sandbox/kaggle-image.txt (about 35 s on a
+fresh machine)."""
 import contextlib
 import json
 import os

@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     box.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
     box.add_argument("--cap", type=int, default=1, help="KAGGLEKIT_WORK_CAP: steps per fit")
     box.add_argument("--keep", default="", help="keep the versions' folders here")
-    box.add_argument("--jobs", type=int, default=1, help="notebooks run at the same time")
+    box.add_argument("--jobs", type=int, default=2, help="notebooks run side by side (default 2)")
     box.set_defaults(func=cmd_sandbox)
     for name, func, text in (("build", cmd_build, "render notebooks for Kaggle into build/kaggle/"),
                              ("push", cmd_push, "build, validate and push as Kaggle kernels"),

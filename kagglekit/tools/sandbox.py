@@ -111,10 +111,14 @@ def _kernelspec(folder: Path, python: Path) -> Path:
     return folder
 
 
-def _kernel_env(root: Path, jupyter: Path, tmp: Path, cap: int) -> dict:
+def _kernel_env(root: Path, jupyter: Path, tmp: Path, cap: int, threads: int | None = None) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("KAGGLE", "PIP_", "PYTHON", "JUPYTER"))
            and k.lower() not in ("http_proxy", "https_proxy", "no_proxy", "all_proxy")}
+    if threads and "OMP_NUM_THREADS" not in env:
+        # kernels side by side share the cores: OpenMP threads spin-waiting for a busy
+        # core cost more CPU time than they save (5 min for all six at 2 jobs, 8 min at 1)
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     env.update(KAGGLEKIT_ROOT=str(root), KAGGLE_KERNEL_RUN_TYPE="Batch", KAGGLEKIT_BATCH="1",
                KAGGLEKIT_WORK_CAP=str(cap), JUPYTER_PATH=str(jupyter), TMPDIR=str(tmp),
                HTTP_PROXY=DEAD_PROXY, HTTPS_PROXY=DEAD_PROXY, http_proxy=DEAD_PROXY,
@@ -149,7 +153,7 @@ def _unmount(folder: Path) -> None:
 
 def run_version(built: Path, slug: str, version: int, root: Path, previous: Path | None,
                 wheels_dataset: Path, jupyter: Path, cap: int,
-                competitions: dict | None = None) -> Outcome:
+                competitions: dict | None = None, threads: int | None = None) -> Outcome:
     """One kernel version: mount the inputs, execute, check the inputs and the chain."""
     name = built.stem
     inputs = root / "input"
@@ -167,7 +171,8 @@ def run_version(built: Path, slug: str, version: int, root: Path, previous: Path
         done = subprocess.run(
             [sys.executable, "-m", "papermill", str(built), str(working / built.name),
              "-k", "kaggle-image", "--cwd", str(working), "--no-progress-bar"],
-            env=_kernel_env(root, jupyter, tmp, cap), capture_output=True, text=True)
+            env=_kernel_env(root, jupyter, tmp, cap, threads), capture_output=True,
+            text=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     seconds = time.monotonic() - started
@@ -203,17 +208,16 @@ def verdict(version: int, chain: dict) -> tuple[bool, str]:
     return True, f"ok ({text or 'no fits'})"
 
 
-def _versions(name: str, meta: dict, built: Path, work: Path, dataset: Path, jupyter: Path,
-              cap: int) -> list[Outcome]:
+def _versions(name: str, meta: dict, notebook: Path, bench: "Bench", cap: int) -> list[Outcome]:
     """Versions 1 to 3 of one notebook, each mounting the previous one's output."""
     from .standins import make
     outcomes, previous = [], None
-    notebook = built / f"{meta['slug']}.ipynb"
-    competitions = {c: make(c, work / "competitions" / c) for c in meta.get("competition_sources", [])}
+    competitions = {c: make(c, bench.work / "competitions" / c)
+                    for c in meta.get("competition_sources", [])}
     for version in range(1, VERSIONS + 1):
-        root = work / name / f"v{version}"
-        outcome = run_version(notebook, meta["slug"], version, root, previous, dataset, jupyter, cap,
-                              competitions)
+        root = bench.work / name / f"v{version}"
+        outcome = run_version(notebook, meta["slug"], version, root, previous, bench.dataset,
+                              bench.jupyter, cap, competitions, bench.threads)
         print(f"sandbox {name} v{version}: {outcome.verdict} [{outcome.seconds:.1f} s]", flush=True)
         outcomes.append(outcome)
         if not outcome.ok:
@@ -230,9 +234,10 @@ class Bench:
     jupyter: Path
     kit_wheel: Path
     dataset: Path
+    threads: int | None = None  # per kernel, when several run side by side
 
 
-def prepare(work: Path, names: list[str]) -> Bench:
+def prepare(work: Path, names: list[str], jobs: int = 1) -> Bench:
     """The kernel environment, the kit's wheel and the wheels dataset for ``names``."""
     from .publish import build as build_mod, metadata, wheels
     python = kernel_python()
@@ -240,7 +245,9 @@ def prepare(work: Path, names: list[str]) -> Bench:
     kit_wheel, _ = build_mod.build_wheel(work / "build" / "_wheel")
     extras = sorted({w for n in names
                      for w in metadata.load(Path("kernel-metadata") / f"{n}.json").get("wheels", [])})
-    return Bench(work, jupyter, kit_wheel, wheels.build_dataset(work / "wheels", OWNER, kit_wheel, extras))
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    return Bench(work, jupyter, kit_wheel, wheels.build_dataset(work / "wheels", OWNER, kit_wheel, extras),
+                 threads)
 
 
 def run_notebook(name: str, bench: Bench, cap: int = CAP) -> list[Outcome]:
@@ -249,7 +256,7 @@ def run_notebook(name: str, bench: Bench, cap: int = CAP) -> list[Outcome]:
     meta = metadata.load(Path("kernel-metadata") / f"{name}.json")
     with _BUILDING:  # one build at a time: they share the build folder and git's index
         built = build_mod.build(name, out_root=bench.work / "build", wheel=bench.kit_wheel, owner=OWNER)
-    return _versions(name, meta, built, bench.work, bench.dataset, bench.jupyter, cap)
+    return _versions(name, meta, built / f"{meta['slug']}.ipynb", bench, cap)
 
 
 def sandbox(names: list[str], cap: int = CAP, keep: Path | None = None, jobs: int = 1) -> int:
@@ -259,7 +266,7 @@ def sandbox(names: list[str], cap: int = CAP, keep: Path | None = None, jobs: in
     work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="kagglekit-sandbox-"))
     outcomes = []
     try:
-        bench = prepare(work, names)
+        bench = prepare(work, names, jobs)
         with ThreadPoolExecutor(max(1, jobs)) as pool:  # each notebook's versions stay in order
             runs = [pool.submit(run_notebook, n, bench, cap) for n in names]
             outcomes = [o for r in runs for o in r.result()]
