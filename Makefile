@@ -52,11 +52,11 @@ $(SANDBOX_STAMP): sandbox/kaggle-image.txt $(STAMP)
 
 ## test: the whole suite on CPU, the sandbox's six notebooks included (GPU tests are skipped without a GPU; TEST_JOBS=2 workers)
 # Two xdist workers, the longest tests first (tests/conftest.py); --maxschedchunk 1 hands
-# each worker its next test only when it needs one, so neither idles at the end. One
-# thread per process: with two workers on two cores, OpenMP threads spin-waiting for a
-# busy core doubled the suite's CPU time (22m52s against 11m39s serial, measured).
+# each worker its next test only when it needs one, so neither idles at the end. OpenMP
+# threads sleep when idle instead of spinning: spinning for a core the other worker holds
+# doubled the suite's CPU time (22m52s against 11m39s serial, measured).
 test: $(STAMP) $(SANDBOX_STAMP)
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_JOBS) --maxschedchunk 1 $(PYTEST_ARGS)
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -n $(TEST_JOBS) --maxschedchunk 1 $(PYTEST_ARGS)
 
 ## build / push / status / logs / output / pull / compare: the Kaggle round trip (NB=name; push of every notebook needs ALL=1)
 build compare logs: $(STAMP)

@@ -3,11 +3,12 @@
 ``KAGGLEKIT_WORK_CAP=N`` (set by ``make sandbox``, or by hand for a quick look at
 a notebook with its full Kaggle parameters): every fit stops after at most N
 optimizer steps and N batches per epoch, every other training loop (boosting
-rounds, measured cycles, evaluation batches, volumes predicted) after N
-iterations, and every search runs at most ``TRIALS`` trials. Sizes, widths, batch sizes, fan-outs and model choices are
-kept exactly, so a capped run exercises the very shapes, memory and code paths
-of the full one. A fit that hits the cap ends as ``max_steps`` with a final
-checkpoint: the next version of the kernel skips it, as it would a finished run.
+rounds, measured cycles, evaluation batches, volumes predicted, repeated final
+trainings) after N iterations, and every search runs at most ``TRIALS`` trials.
+Sizes, widths, batch sizes, fan-outs and model choices are kept exactly, so a
+capped run exercises the very shapes, memory and code paths of the full one. A
+fit that hits the cap ends as ``max_steps`` with a final checkpoint: the next
+version of the kernel skips it, as it would a finished run.
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def capped_watch(watch):
 
 
 def steps(n: int) -> int:
-    """Any other loop's iterations within the cap (boosting rounds, measured cycles)."""
+    """Any other loop's iterations within the cap (boosting rounds, measured cycles,
+    repeated trainings)."""
     return n if cap() is None else min(n, cap())
 
 

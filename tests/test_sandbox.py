@@ -37,7 +37,8 @@ def bench(kernel_env, tmp_path_factory):
     """The kit's wheel and the wheels dataset, built once (per xdist worker) for all six."""
     from kagglekit.tools import sandbox
     with _in_repo():
-        yield sandbox.prepare(tmp_path_factory.mktemp("box"), NOTEBOOKS)
+        # two at a time, as `make test`'s two workers run them: each kernel its share of the cores
+        yield sandbox.prepare(tmp_path_factory.mktemp("box"), NOTEBOOKS, jobs=2)
 
 
 @contextlib.contextmanager
