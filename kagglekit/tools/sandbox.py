@@ -49,10 +49,10 @@ class Outcome:
     verdict: str
 
 
-def kernel_python(image: Path = IMAGE, venv: Path = VENV) -> Path:
-    """The sandbox venv's interpreter; (re)built when the image list changed."""
-    python = venv / "bin" / "python"
-    stamp = venv / ".image-sha256"
+def install_packages(image: Path = IMAGE, venv: Path = VENV) -> Path:
+    """The kernel environment without torch: Kaggle's packages (re)installed when the image
+    list changed. Needs no torch, so `make test` runs it beside the project's own install."""
+    python, stamp = venv / "bin" / "python", venv / ".packages-sha256"
     wanted = hashlib.sha256(image.read_bytes()).hexdigest()
     if python.exists() and stamp.exists() and stamp.read_text() == wanted:
         return python
@@ -60,15 +60,27 @@ def kernel_python(image: Path = IMAGE, venv: Path = VENV) -> Path:
     shutil.rmtree(venv, ignore_errors=True)
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", str(venv)], check=True)
-    wanted_torch, packages = _split_torch(image)
-    linked = _link_torch(python, wanted_torch)
-    # --no-compile: bytecode is written at first import instead (halves the install time)
+    _, packages = _split_torch(image)
+    # --no-compile: the kernels write bytecode at first import (halves the install time)
     done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-compile",
-                           "--disable-pip-version-check", *packages,
-                           *([] if linked else [f"torch=={wanted_torch}"])],
-                          capture_output=True, text=True)
+                           "--disable-pip-version-check", *packages], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"pip could not install {image} into {venv}:\n{done.stderr[-3000:]}")
+    stamp.write_text(wanted)
+    return python
+
+
+def kernel_python(image: Path = IMAGE, venv: Path = VENV) -> Path:
+    """The sandbox venv's interpreter, torch included; (re)built when the image list changed."""
+    python, stamp = venv / "bin" / "python", venv / ".image-sha256"
+    wanted = hashlib.sha256(image.read_bytes()).hexdigest()
+    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
+        return python
+    install_packages(image, venv)
+    wanted_torch, _ = _split_torch(image)
+    if not _link_torch(python, wanted_torch):
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-compile",
+                        "--disable-pip-version-check", f"torch=={wanted_torch}"], check=True)
     lacking = subprocess.run([str(python), "-I", "-c", "import importlib.util as u; "
                               "print([m for m in ('torch_geometric', 'kagglekit') if u.find_spec(m)])"],
                              capture_output=True, text=True, check=True).stdout.strip()
@@ -98,6 +110,7 @@ def _link_torch(python: Path, version: str) -> bool:
     names = ["torch", "torchgen", "functorch", *[p.name for p in source.glob("torch-*.dist-info")]]
     for name in names:
         if (source / name).exists():
+            (target / name).unlink(missing_ok=True)  # a link left by an interrupted build
             (target / name).symlink_to(source / name)
     return True
 
