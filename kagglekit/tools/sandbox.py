@@ -19,6 +19,7 @@ see ``workcap``). Version 1 may train; versions 2 and 3 must resume or skip each
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -76,6 +77,23 @@ def kernel_python(image: Path = IMAGE, venv: Path = VENV) -> Path:
     wanted = hashlib.sha256(image.read_bytes()).hexdigest()
     if python.exists() and stamp.exists() and stamp.read_text() == wanted:
         return python
+    with _building_lock(venv):  # two test workers, or two `make sandbox`, build it once
+        if not (stamp.exists() and stamp.read_text() == wanted):
+            _finish(image, venv, python, stamp, wanted)
+    return python
+
+
+@contextlib.contextmanager
+def _building_lock(venv: Path):
+    import fcntl
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _finish(image: Path, venv: Path, python: Path, stamp: Path, wanted: str) -> None:
+    """Kaggle's packages, then the project's torch linked in (or installed), then checked."""
     install_packages(image, venv)
     wanted_torch, _ = _split_torch(image)
     if not _link_torch(python, wanted_torch):
@@ -87,7 +105,6 @@ def kernel_python(image: Path = IMAGE, venv: Path = VENV) -> Path:
     if lacking != "[]":
         raise RuntimeError(f"the sandbox kernel environment must not have {lacking}")
     stamp.write_text(wanted)
-    return python
 
 
 def _split_torch(image: Path) -> tuple[str, list[str]]:
