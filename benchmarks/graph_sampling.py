@@ -39,7 +39,8 @@ def sampling_epoch(data, fanouts, batch: int) -> float:
 
 
 def pyg_epoch(data, fanouts, batch: int) -> float | None:
-    if not graph.pyg_loader_available():
+    import torch_geometric.typing as pyg_typing
+    if not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE):
         return None
     from torch_geometric.loader import NeighborLoader
     started = time.perf_counter()

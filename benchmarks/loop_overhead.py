@@ -89,7 +89,7 @@ def main() -> None:
     print(f"ratio per CPU-second: {cpu_ratio:.3f}   (less sensitive to other load on the machine)")
     # What a notebook pulls in: the package plus the modules of start() and fit().
     t_torch = import_seconds("torch")
-    t_kit = import_seconds("kagglekit, kagglekit.run, kagglekit.train")
+    t_kit = import_seconds("kagglekit, kagglekit.run.context, kagglekit.loop.train")
     print(f"import torch       : {t_torch:.2f} s")
     print(f"import kagglekit   : {t_kit:.2f} s   (ratio {t_kit / t_torch:.2f}, torch included)")
 

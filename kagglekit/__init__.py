@@ -9,27 +9,36 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {"accel", "atomic", "boosting", "budget", "cache", "checkpoint", "cudagraph", "cycles", "data", "datasets", "display",
-               "durable", "env", "evaluate", "fitoptions", "fitstate", "gpus", "graph", "graphsets", "identity", "inputs",
-               "launcher", "memory", "metrics", "models", "monitor", "params", "plots", "policy", "precision",
-               "progress", "ranks", "rng", "run", "segment3d", "step", "timeseries", "train",
-               "tune", "volumes", "workcap"}
+# The public names, each in the part that owns it (see each part's docstring).
+_PARTS = {
+    "machine": ["env", "gpus", "precision", "budget", "inputs", "display", "signals"],
+    "parallel": ["ranks", "launcher", "ranklog", "loaders"],
+    "state": ["atomic", "rng", "space", "identity", "cache", "snapshot", "checkpoint"],
+    "readers": ["volumes", "graphsets", "timeseries", "datasets", "graph"],
+    "loop": ["train", "step", "fitoptions", "fitstate", "durable", "accel", "cudagraph", "guards",
+             "progress", "monitor", "memory", "schedule"],
+    "run": ["context", "params", "plots", "metrics", "evaluate", "submission", "folds", "blend"],
+    "search": ["tune", "studystore", "boosting"],
+    "tasks": ["segment3d", "models", "cycles"],
+}
+_SUBMODULES = {name: f"{part}.{name}" for part, names in _PARTS.items() for name in names}
+_SUBMODULES["data"] = "parallel.loaders"  # kk.data: the loaders (make_loader, schedule, ...)
 _EXPORTS = {
-    "start": "run", "Run": "run",
+    "start": "context", "Run": "context",
     "fit": "train", "supervised": "train", "EarlyStopping": "fitstate", "FitResult": "fitstate",
     "Speed": "fitoptions", "Durability": "fitoptions", "Watch": "fitoptions",
-    "CheckpointManager": "checkpoint", "make_loader": "data", "Budget": "budget",
+    "CheckpointManager": "checkpoint", "make_loader": "loaders", "Budget": "budget",
     "seed_everything": "env", "launch": "launcher", "headline": "display",
 }
 
-__all__ = sorted(_SUBMODULES | set(_EXPORTS) | {"__version__"})
+__all__ = sorted(set(_SUBMODULES) | set(_EXPORTS) | set(_PARTS) | {"__version__"})
 
 
 def __getattr__(name: str):
     if name in _SUBMODULES:
-        return importlib.import_module(f".{name}", __name__)
+        return importlib.import_module(f".{_SUBMODULES[name]}", __name__)
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        return getattr(importlib.import_module(f".{_SUBMODULES[_EXPORTS[name]]}", __name__), name)
     raise AttributeError(f"module 'kagglekit' has no attribute {name!r}")
 
 

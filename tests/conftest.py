@@ -21,6 +21,35 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+_CHECKOUT = pytest.StashKey[set]()
+
+
+def _new_files() -> set[str]:
+    """Untracked and ignored paths of the checkout (what a test writing into it would add)."""
+    import subprocess
+    out = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"],
+                         cwd=REPO, capture_output=True, text=True).stdout
+    return {line[3:] for line in out.splitlines() if line[:2] in ("??", "!!")
+            and not line[3:].startswith((".venv/", ".sandbox/")) and "__pycache__" not in line}
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):  # the controller, once per run
+        session.config.stash[_CHECKOUT] = _new_files()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The suite as a whole leaves the checkout as it found it (tests write into tmp_path)."""
+    before = session.config.stash.get(_CHECKOUT, None)
+    if before is None:
+        return
+    added = sorted(_new_files() - before)
+    if added:
+        print(f"\nthe tests wrote into the checkout: {added[:10]}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+
 @pytest.fixture(autouse=True)
 def hermetic_env(monkeypatch, tmp_path):
     """No test sees the developer's Kaggle credentials, a real /kaggle, or a GPU override."""
@@ -28,9 +57,8 @@ def hermetic_env(monkeypatch, tmp_path):
         if name.startswith(("KAGGLE_", "KAGGLEKIT_")) or name.lower() in ("http_proxy", "https_proxy"):
             monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
-    from kagglekit import inputs, policy
+    from kagglekit import inputs
     inputs.forget()  # each test mounts its own inputs
-    policy.install(None)  # and starts its own run
     yield
 
 

@@ -4,7 +4,7 @@ import torch
 
 from kagglekit import inputs
 from kagglekit import cache as cache_mod, models
-from kagglekit.cache import Cache, CacheWarning
+from kagglekit.state.cache import Cache, CacheWarning
 
 CONFIG = {"lr": 0.01, "hidden": 16, "epochs": 3}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kagglekit.checkpoint import CheckpointManager, CheckpointWarning, restore, snapshot
+from kagglekit.state.checkpoint import CheckpointManager, CheckpointWarning, restore, snapshot
 
 JOBS = Path(__file__).parent / "jobs"
 

@@ -15,9 +15,9 @@ from torch.nn import functional as F
 
 import kagglekit as kk
 from kagglekit import data, datasets, gpus, guards, launcher, models, space
-from kagglekit.checkpoint import CheckpointManager
-from kagglekit.launcher import LaunchError, launch
-from kagglekit.precision import Precision
+from kagglekit.state.checkpoint import CheckpointManager
+from kagglekit.parallel.launcher import LaunchError, launch
+from kagglekit.machine.precision import Precision
 
 JOB = Path(__file__).parent / "jobs" / "resume_job.py"
 

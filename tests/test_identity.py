@@ -9,8 +9,8 @@ from torch.nn import functional as F
 
 import kagglekit as kk
 from kagglekit import cache, checkpoint, data, datasets, models, tune
-from kagglekit.checkpoint import CheckpointManager
-from kagglekit.identity import Identity
+from kagglekit.state.checkpoint import CheckpointManager
+from kagglekit.state.identity import Identity
 
 LOSS = kk.supervised(F.cross_entropy)
 REPO = Path(__file__).resolve().parents[1]
@@ -73,8 +73,14 @@ def test_force_retrain_clears_only_its_own_run(tmp_path):
     ds = datasets.tabular(256, features=16)
     _fit(CheckpointManager(tmp_path, search=[]), _shuffled_labels(ds))
     other_run = _files(tmp_path)
+    own = _fit(CheckpointManager(tmp_path, search=[]), ds, epochs=2)  # this run, finished
     forced = _fit(CheckpointManager(tmp_path, search=[]), ds, resume=False)
-    assert forced.resumed_from is None
+    # Trained again from step 0 (not skipped, not resumed), its own old steps gone...
+    assert forced.resumed_from is None and forced.stopped == "completed"
+    assert forced.steps_this_session == forced.steps == 4 and own.steps == 8
+    own_folder = Path(forced.checkpoint).parent
+    assert sorted(p.name for p in own_folder.glob("step-*.pt")) == ["step-00000004.pt"]
+    # ...and the other run's checkpoints byte for byte as they were.
     assert {k: v for k, v in _files(tmp_path).items() if k in other_run} == other_run
 
 

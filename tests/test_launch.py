@@ -10,7 +10,7 @@ from torch.nn import functional as F
 
 import kagglekit as kk
 from kagglekit import data, datasets, gpus, launcher as launch_mod, models, step
-from kagglekit.launcher import LaunchError, launch
+from kagglekit.parallel.launcher import LaunchError, launch
 
 LOSS = kk.supervised(F.cross_entropy)
 
@@ -163,7 +163,7 @@ def test_launch_from_a_notebook_run_by_papermill_returns_rank_zeros_value(tmp_pa
         new_code_cell("nprocs = 2", metadata={"tags": ["parameters"]}),
         new_code_cell(
             "import json, torch, torch.distributed as dist\n"
-            "from kagglekit.launcher import launch, context\n"
+            "from kagglekit.parallel.launcher import launch, context\n"
             "torch.ones(64, 64) @ torch.ones(64, 64)  # the parent used torch before forking\n"
             "def work(scale):  # defined in the notebook: only fork can run it\n"
             "    t = torch.tensor([float(context().rank + 1)])\n"
@@ -195,6 +195,6 @@ def _stop_requested_on_rank_one():
 
 
 def test_a_stop_asked_by_one_rank_stops_every_rank_at_the_same_step():
-    from kagglekit.train import AGREE_EVERY
+    from kagglekit.loop.train import AGREE_EVERY
     assert launch(_stop_requested_on_rank_one, nprocs=2, join_timeout_s=120) == \
         ("requested", AGREE_EVERY)  # decided together at the next agreement step, no hang

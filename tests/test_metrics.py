@@ -5,7 +5,7 @@ import torch
 from sklearn import metrics as sk
 
 from kagglekit import launcher, metrics, segment3d
-from kagglekit.launcher import launch
+from kagglekit.parallel.launcher import launch
 
 
 def _tied(seed: int, n: int = 1000):

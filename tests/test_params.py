@@ -1,7 +1,7 @@
 import pytest
 
 from kagglekit import params
-from kagglekit.params import ParameterError
+from kagglekit.run.params import ParameterError
 
 PARAMS_CELL = 'epochs = 8  # passes\nlr = 3e-3\nsmoke = False\ndata_dir = ""\nname: str = "x"\n'
 

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from kagglekit import env, precision
-from kagglekit.precision import PrecisionError
+from kagglekit.machine.precision import PrecisionError
 
 
 def test_ampere_and_newer_get_bf16_without_scaler():

@@ -219,7 +219,9 @@ def test_the_wheel_holds_what_git_knows_never_a_stale_module(tmp_path, monkeypat
     (repo / "kagglekit" / "stale.py").unlink()  # removed from the tree...
     wheel, untracked = build_wheel(tmp_path / "w2")
     assert "stale.py" not in names(wheel) and not untracked  # ...absent from the next wheel
-    assert "train.py" in names(wheel)
+    assert "loop/train.py" in names(wheel)
+    # The tooling (push, sandbox, CLI) never runs in a kernel: it is not embedded.
+    assert not [n for n in names(wheel) if n.startswith("tools/")]
 
 
 def test_metadata_takes_what_the_cli_takes_and_the_install_cell_hides_on_kaggle(tmp_path):

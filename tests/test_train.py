@@ -6,7 +6,7 @@ from torch.nn import functional as F
 
 import kagglekit as kk
 from kagglekit import accel, data, datasets, models
-from kagglekit.checkpoint import CheckpointManager
+from kagglekit.state.checkpoint import CheckpointManager
 
 LOSS = kk.supervised(F.cross_entropy)
 
@@ -158,7 +158,9 @@ def test_a_checkpoint_of_another_config_is_not_resumed(tmp_path):
            checkpoints=ckpt, progress=False, config={"lr": 0.1, "epochs": 1})
     longer = kk.fit(model, opt, data.make_loader(ds, 64, num_workers=0), LOSS, epochs=2,
                     checkpoints=ckpt, progress=False, config={"lr": 0.1, "epochs": 2})
-    assert longer.resumed_from is not None  # more epochs of the same run: resume
+    # More epochs of the same run: resumed, and the second epoch trained.
+    assert longer.resumed_from is not None and longer.stopped == "completed"
+    assert longer.steps_this_session == len(ds) // 64 and longer.epochs == 2
     with pytest.warns(UserWarning, match=r"different config \(lr: 0.1 -> 0.2\)"):
         other = kk.fit(model, opt, data.make_loader(ds, 64, num_workers=0), LOSS, epochs=1,
                        checkpoints=ckpt, progress=False, config={"lr": 0.2, "epochs": 1})

@@ -40,7 +40,7 @@ def _kernels(names: list[str]) -> list[tuple[str, Path]]:
 def cmd_run(args) -> int:
     """Every notebook's parameters are checked before the first kernel starts; each run
     goes to its configuration's folder; a table of headline results at the end."""
-    from ..params import ParameterError
+    from ..run.params import ParameterError
     from .notebook_runner import parse_overrides, run_folder, run_notebook
     try:
         kernels = _kernels(args.notebooks)
@@ -93,7 +93,7 @@ def _latest(folder: Path) -> Path:
 
 
 def _text_table(rows: list[dict]) -> str:
-    from ..display import frame
+    from ..machine.display import frame
     return frame(rows).to_string(index=False)
 
 
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except Exception as err:  # the CLI's errors are messages for a person, not tracebacks
         from .publish import metadata, credentials, kaggle_cli, build
-        from ..params import ParameterError
+        from ..run.params import ParameterError
         known = (metadata.MetadataError, credentials.CredentialsError, kaggle_cli.KaggleError,
                  build.BuildError, ParameterError)
         if isinstance(err, known):

@@ -16,7 +16,8 @@ import time
 import traceback
 from pathlib import Path
 
-from .. import atomic, params as params_mod
+from ..state import atomic
+from ..run import params as params_mod
 from . import runfolders
 
 
@@ -45,15 +46,20 @@ def _venv_kernel_env() -> None:
     os.environ["JUPYTER_PATH"] = os.pathsep.join(dict.fromkeys(paths))
 
 
-def declared_parameters(notebook: Path | str) -> dict:
-    """``{name: default}`` of the notebook's cell tagged "parameters"."""
+def parameters_source(notebook: Path | str) -> str:
+    """The source of the notebook's cell tagged "parameters"."""
     cells = json.loads(Path(notebook).read_text())["cells"]
     tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(tagged) != 1:
         raise params_mod.ParameterError(f"{notebook} has {len(tagged)} cells tagged 'parameters' "
                                         "(papermill needs exactly one)")
     source = tagged[0]["source"]
-    return params_mod.assignments("".join(source) if isinstance(source, list) else source)
+    return "".join(source) if isinstance(source, list) else source
+
+
+def declared_parameters(notebook: Path | str) -> dict:
+    """``{name: default}`` of the notebook's cell tagged "parameters"."""
+    return params_mod.assignments(parameters_source(notebook))
 
 
 def check_parameters(notebook: Path | str, overrides: dict) -> dict:
@@ -67,7 +73,9 @@ def check_parameters(notebook: Path | str, overrides: dict) -> dict:
 def run_folder(notebook: Path | str, overrides: dict, output_root: Path | str = "runs") -> Path:
     """Where this configuration of ``notebook`` runs: ``<root>/<name>/<label>-<hash>``."""
     declared = check_parameters(notebook, overrides)
-    return Path(output_root) / Path(notebook).stem / runfolders.folder_name(declared, overrides)
+    run_control = params_mod.run_control(parameters_source(notebook))
+    return Path(output_root) / Path(notebook).stem / runfolders.folder_name(declared, overrides,
+                                                                          run_control)
 
 
 def run_notebook(notebook: Path | str, params: dict | None = None, *,

@@ -17,24 +17,28 @@ import re
 import time
 from pathlib import Path
 
-from .. import atomic
+from ..state import atomic
 
 # Parameters that change how a run is executed, not what it computes: a run with other
-# values of these is the same run continued, in the same folder.
-# Inference settings are neutral too: another test set (test_dir) or window overlap, flips or
-# threshold reuses the finished training of this folder and predicts again (submission.zip
-# then holds the new test set; the earlier masks stay in predictions/).
+# values of these is the same run continued, in the same folder. A notebook's run-control
+# parameters (``# [run]`` in its parameters cell: epochs, steps...) are too: more epochs
+# continue the run in its folder. Inference settings are neutral as well: another test set
+# (test_dir) or window overlap, flips or threshold reuses the finished training of this
+# folder and predicts again (submission.zip then holds the new test set; the earlier masks
+# stay in predictions/).
 NEUTRAL = frozenset({"force_retrain", "time_budget_s", "save_every_min",
                      "test_dir", "overlap", "flips", "threshold"})
 LATEST = "latest"
 
 
-def folder_name(defaults: dict, overrides: dict) -> str:
-    """``<label>-<8 hex>`` for the notebook's defaults updated with ``overrides``."""
-    config = {k: v for k, v in {**defaults, **overrides}.items() if k not in NEUTRAL}
+def folder_name(defaults: dict, overrides: dict, run_control=frozenset()) -> str:
+    """``<label>-<8 hex>`` for the notebook's defaults updated with ``overrides`` (neutral and
+    ``run_control`` parameters left out: they continue the same run)."""
+    neutral = NEUTRAL | set(run_control)
+    config = {k: v for k, v in {**defaults, **overrides}.items() if k not in neutral}
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:8]
     changed = {k: v for k, v in sorted(overrides.items())
-               if k not in NEUTRAL and defaults.get(k, object()) != v}
+               if k not in neutral and defaults.get(k, object()) != v}
     label = ",".join(f"{k}={v}" for k, v in changed.items()) or "defaults"
     label = re.sub(r"[^A-Za-z0-9_.=,+-]+", "_", label)[:48].strip("_")
     return f"{label}-{digest}"

@@ -13,9 +13,12 @@ a venv of its own: never the project's, never the kit installed), three versions
 
 with the internet dead (proxies at a closed port, pip without an index or config) and
 ``KAGGLE_KERNEL_RUN_TYPE=Batch``. Every value that shapes the computation is the
-notebook's Kaggle parameter; only the amount of work is capped (``KAGGLEKIT_WORK_CAP``,
-see ``workcap``). Version 1 may train; versions 2 and 3 must resume or skip each fit
-(metrics.json's "chain" says which), never train from step 0 again.
+notebook's Kaggle parameter; only the amount of work shrinks, two ways: the run context's
+work cap (``KAGGLEKIT_WORK_CAP``: each fit's optimizer steps and batches per epoch, its
+validation batches too) and the notebook's own ``sandbox`` parameters in its kernel metadata
+(amounts only: trials, repeats, boosting rounds, cycles). Version 1 may train; versions 2
+and 3 must resume or skip each fit (metrics.json's "chain" says which), never train from
+step 0 again.
 """
 from __future__ import annotations
 
@@ -154,7 +157,7 @@ def _kernel_env(root: Path, jupyter: Path, tmp: Path, cap: int, threads: int | N
                HTTP_PROXY=DEAD_PROXY, HTTPS_PROXY=DEAD_PROXY, http_proxy=DEAD_PROXY,
                https_proxy=DEAD_PROXY, NO_PROXY="", no_proxy="", PIP_NO_INDEX="1",
                PIP_CONFIG_FILE=os.devnull)  # no index, no find-links: only the wheels attached
-    from ..gpus import inventory
+    from ..machine.gpus import inventory
     if not inventory():
         env["KAGGLEKIT_ALLOW_NO_GPU"] = "1"  # a CPU sandbox: the T4 check warns, not fails
     return env
@@ -285,7 +288,8 @@ def run_notebook(name: str, bench: Bench, cap: int = CAP) -> list[Outcome]:
     from .publish import build as build_mod, metadata
     meta = metadata.load(Path("kernel-metadata") / f"{name}.json")
     with _BUILDING:  # one build at a time: they share the build folder and git's index
-        built = build_mod.build(name, out_root=bench.work / "build", wheel=bench.kit_wheel, owner=OWNER)
+        built = build_mod.build(name, out_root=bench.work / "build", wheel=bench.kit_wheel, owner=OWNER,
+                                overrides=meta.get("sandbox"))
     return _versions(name, meta, built / f"{meta['slug']}.ipynb", bench, cap)
 
 

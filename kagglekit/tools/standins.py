@@ -15,7 +15,7 @@ def vesuvius(folder: Path) -> Path:
     """Surface-detection layout (uint8 TIFF chunks of two shapes, labels 0 / 1 / 2, test
     volumes without labels, one compressed). 96^3 test volumes: one window of the Kaggle
     patch each, so CPU inference stays short."""
-    from ..volumes import write_synthetic
+    from ..readers.volumes import write_synthetic
     return write_synthetic(folder, [96, 112, 96, 96], [96, 96], seed=7)
 
 

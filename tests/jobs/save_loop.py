@@ -3,7 +3,7 @@ import sys
 
 import torch
 
-from kagglekit.checkpoint import CheckpointManager
+from kagglekit.state.checkpoint import CheckpointManager
 
 manager = CheckpointManager(sys.argv[1], keep_last=2, search=[])
 for step in range(1, 10_000):

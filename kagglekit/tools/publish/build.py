@@ -33,13 +33,20 @@ def build_root() -> Path:
 
 
 PACKAGED = ("kagglekit", "pyproject.toml", "README.md")
+TOOLING = Path("kagglekit/tools")  # runs here, never in a kernel: left out of the embedded wheel
 
 
 def _sources() -> tuple[list[Path], bool]:
     """(files the wheel is built from, whether any of them is untracked).
 
     What git knows of (tracked, or new and not ignored), never leftovers of an earlier
-    build: setuptools' in-tree build/lib would carry a module deleted since."""
+    build: setuptools' in-tree build/lib would carry a module deleted since. The tooling
+    wing (``kagglekit/tools``) stays out: the runtime never imports it."""
+    files, untracked = _known_files()
+    return [p for p in files if TOOLING not in p.parents], untracked
+
+
+def _known_files() -> tuple[list[Path], bool]:
     def git(*args):
         return subprocess.run(["git", *args], capture_output=True, text=True)
     tracked = git("ls-files", "--cached", "--", *PACKAGED)

@@ -142,7 +142,7 @@ def submission_problem(folder: Path) -> str:
     """Why the downloaded output in ``folder`` cannot be submitted ("" when it can)."""
     import json
 
-    from ...segment3d import SubmissionError, check_submission
+    from ...tasks.segment3d import SubmissionError, check_submission
     zipped = folder / "submission.zip"
     if not zipped.exists():
         return "its output has no submission.zip"

@@ -110,7 +110,7 @@ def markdown(result: dict, title: str) -> str:
 
 
 def figure(result: dict):
-    from ...plots import _pyplot
+    from ...run.plots import _pyplot
     plt = _pyplot()
     rows = result["rows"] or [{"metric": "(no shared scores)", "relative": 0.0}]
     fig, ax = plt.subplots(figsize=(8, 0.4 * len(rows) + 1.5))
@@ -126,7 +126,7 @@ def figure(result: dict):
 
 
 def write(result: dict, folder: Path, title: str) -> Path:
-    from ... import atomic
+    from ...state import atomic
     folder.mkdir(parents=True, exist_ok=True)
     atomic.write_bytes(folder / "compare.md", markdown(result, title).encode())
     fig = figure(result)

@@ -19,7 +19,7 @@ _MODEL = re.compile(r"^[^/\s]+/[^/\s]+/[^/\s]+/[^/\s]+/\d+$")
 KNOWN = {"slug", "title", "notebook", "is_private", "enable_internet", "enable_tpu",
          "machine_shape", "docker_image_pinning_type", "dataset_sources", "competition_sources",
          "kernel_sources", "model_sources", "keywords", "resume_from_previous_version",
-         "parameters", "wheels"}
+         "parameters", "sandbox", "wheels"}
 PINNING = ("original", "latest")  # keep the image a kernel first ran on, or take the newest
 
 
@@ -80,8 +80,7 @@ def validate(meta: dict, path: Path, notebooks_dir: Path = Path("notebooks")) ->
     if pinning not in PINNING:
         problems.append(("docker_image_pinning_type", f"{pinning!r} must be one of {PINNING}"))
     _check_sources(meta, problems)
-    if not isinstance(meta.get("parameters", {}), dict):
-        problems.append(("parameters", "must be an object of notebook parameters"))
+    _check_parameters(meta, notebook, problems)
     wheels = meta.get("wheels", [])
     if not (isinstance(wheels, list) and all(isinstance(w, str) and w for w in wheels)):
         problems.append(("wheels", "must be a list of package names Kaggle's image lacks "
@@ -89,6 +88,20 @@ def validate(meta: dict, path: Path, notebooks_dir: Path = Path("notebooks")) ->
     if problems:
         lines = "\n".join(f"  {path}: {field}: {why}" for field, why in problems)
         raise MetadataError(f"invalid kernel metadata:\n{lines}")
+
+
+def _check_parameters(meta: dict, notebook: Path, problems: list) -> None:
+    """``parameters`` (Kaggle's values) and ``sandbox`` (the amounts ``make sandbox`` shrinks)
+    name only the notebook's declared parameters."""
+    from ..notebook_runner import declared_parameters
+    declared = declared_parameters(notebook) if notebook.exists() else None
+    for field in ("parameters", "sandbox"):
+        values = meta.get(field, {})
+        if not isinstance(values, dict):
+            problems.append((field, "must be an object of notebook parameters"))
+        elif declared is not None:
+            for name in sorted(set(values) - set(declared)):
+                problems.append((field, f"{name!r} is not a parameter of {notebook.name}"))
 
 
 def check_shape(shape) -> str | None:

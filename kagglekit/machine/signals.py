@@ -1,0 +1,57 @@
+"""Stop requests: Kaggle's Stop button (SIGINT in the kernel), a SIGTERM, or a launched
+rank's parent asking; the fit loop finishes its step, saves a resumable checkpoint (all ranks
+agreeing) and raises ``Interrupted``. A second Ctrl-C stops at once.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was asked to stop (Ctrl-C, Kaggle's Stop button, SIGTERM) and saved first."""
+
+
+_requested = threading.Event()  # set by a signal, by launch's ranks on SIGTERM, or by hand
+
+
+def request_stop() -> None:
+    """Ask the running fit to save and stop (what a SIGTERM does)."""
+    _requested.set()
+
+
+def stop_requested() -> bool:
+    return _requested.is_set()
+
+
+class Interrupts:
+    """While active, SIGINT and SIGTERM ask for a clean stop instead of killing mid-step.
+
+    Signal handlers can only be set in the main thread; elsewhere (or when ``enabled`` is
+    False) only ``request_stop`` works.
+    """
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.previous: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        if signum == signal.SIGINT and _requested.is_set():  # asked twice: stop now
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        _requested.set()
+        print(f"kagglekit: {signal.Signals(signum).name} received: saving a checkpoint after this "
+              "step, then stopping (Ctrl-C again stops at once)", file=sys.stderr, flush=True)
+
+    def __enter__(self) -> "Interrupts":
+        _requested.clear()
+        if self.enabled:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        _requested.clear()

@@ -1,0 +1,175 @@
+"""Graph batches: neighbour-sampled or full-graph node batches, edge batches for
+link reconstruction, and their split for OOM back-off. (Readers: ``graphsets``.)
+
+PyG's ``NeighborLoader`` needs pyg-lib or torch-sparse, neither of which installs
+from PyPI (nor is in Kaggle's image); ``NeighborSampler`` is the kit's own, vectorised in plain torch,
+yielding the same kind of mini-batch (seed nodes first, ``batch_size`` set,
+``n_id`` the global ids). Seeds go through ``make_loader``, so they are sharded
+across DDP ranks and a mid-epoch resume continues with the next batch.
+"""
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from ..parallel import ranks
+
+
+class NeighborSampler:
+    """Sample a ``fanouts``-hop neighbourhood of seed nodes (without replacement).
+
+    ``sample(seeds)`` returns a PyG ``Data`` with the seeds first: ``x``, ``y``,
+    ``edge_index`` in local ids (messages flow from sampled neighbour to node),
+    ``n_id`` (global ids) and ``batch_size`` = number of seeds.
+    """
+
+    def __init__(self, data, fanouts: list[int], seed: int = 0):
+        n = data.num_nodes
+        src, dst = data.edge_index
+        order = torch.argsort(dst * n + src)
+        self.nbr = src[order]  # neighbours grouped by the node they point to
+        self.rowptr = torch.zeros(n + 1, dtype=torch.long)
+        self.rowptr[1:] = torch.cumsum(torch.bincount(dst, minlength=n), 0)
+        self.data, self.fanouts, self.n = data, list(fanouts), n
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def _hop(self, frontier: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(targets, neighbours): up to ``k`` distinct neighbours of each frontier node."""
+        deg = self.rowptr[frontier + 1] - self.rowptr[frontier]
+        seg = torch.repeat_interleave(torch.arange(len(frontier)), deg)
+        first = torch.repeat_interleave(self.rowptr[frontier] - torch.cumsum(deg, 0) + deg, deg)
+        edge = first + torch.arange(len(seg))
+        keys = seg.double() + torch.rand(len(seg), generator=self.generator, dtype=torch.double)
+        edge, seg = edge[torch.argsort(keys)], seg[torch.argsort(keys)]
+        start = torch.cumsum(deg, 0) - deg
+        rank = torch.arange(len(seg)) - start[seg]
+        keep = rank < k
+        return frontier[seg[keep]], self.nbr[edge[keep]]
+
+    def sample(self, seeds: torch.Tensor):
+        from torch_geometric.data import Data
+        seeds = torch.as_tensor(seeds, dtype=torch.long)
+        local = torch.full((self.n,), -1, dtype=torch.long)
+        local[seeds] = torch.arange(len(seeds))
+        n_id, rows, cols, frontier = [seeds], [], [], seeds
+        count = len(seeds)
+        for k in self.fanouts:
+            targets, nbrs = self._hop(frontier, k)
+            fresh = torch.unique(nbrs[local[nbrs] < 0])
+            local[fresh] = torch.arange(count, count + len(fresh))
+            count += len(fresh)
+            n_id.append(fresh)
+            rows.append(local[targets])
+            cols.append(local[nbrs])
+            frontier = fresh
+        n_id = torch.cat(n_id)
+        edge_index = torch.stack([torch.cat(cols), torch.cat(rows)])  # neighbour -> node
+        return Data(x=self.data.x[n_id], y=self.data.y[n_id], edge_index=edge_index,
+                    n_id=n_id, batch_size=len(seeds), hops=len(self.fanouts))
+
+    __call__ = sample
+
+
+def seed_loader(data, mask: torch.Tensor, fanouts: list[int], batch_size: int, *,
+                train: bool = True, seed: int = 0, device="cpu"):
+    """Mini-batches of sampled neighbourhoods around the nodes in ``mask``: the seeds go
+    through ``make_loader``, so they are sharded over DDP ranks and a mid-epoch resume
+    continues with the next batch. (PyG's NeighborLoader needs pyg-lib or torch-sparse, which
+    neither PyPI nor Kaggle's image has.)"""
+    from ..parallel.loaders import make_loader
+    seeds = mask.nonzero().view(-1)
+    sampler = NeighborSampler(data, fanouts, seed)
+    return make_loader(seeds, batch_size, train=train, seed=seed, device=device, num_workers=0,
+                       collate_fn=lambda ids: sampler(torch.stack(ids) if isinstance(ids, list)
+                                                      else ids), drop_last=False)
+
+
+class FullBatch:
+    """The whole graph as every batch, for graphs that fit on the GPU (Cora, PubMed, ...).
+
+    The nodes of ``mask`` (this rank's share under DDP) come first and ``batch_size``
+    says how many, as in a sampled batch: one loss, ``out[:batch.batch_size]``, serves
+    both. Each pass yields the batch ``repeats`` times: ``repeats`` optimizer steps
+    between evaluations, not one step per "epoch". The batch is moved to ``device`` once.
+    """
+
+    def __init__(self, data, mask: torch.Tensor, hops: int, repeats: int = 1, device="cpu"):
+        ctx = ranks.context()
+        seeds = mask.nonzero().view(-1)[ctx.rank::ctx.world_size]
+        rest = torch.ones(data.num_nodes, dtype=torch.bool)
+        rest[seeds] = False
+        order = torch.cat([seeds, rest.nonzero().view(-1)])
+        self.batch = induced(data, order, len(seeds), hops).to(device)
+        self.repeats = repeats
+
+    def __len__(self) -> int:
+        return self.repeats
+
+    def __iter__(self):
+        return itertools.repeat(self.batch, self.repeats)
+
+
+def node_batches(data, mask: torch.Tensor, fanouts: list[int], batch_size: int, *,
+                 full_batch: bool, steps_between_evals: int = 1, seed: int = 0, device="cpu"):
+    """Training batches around the nodes of ``mask``: the whole graph (``FullBatch``)
+    when ``full_batch``, else neighbour-sampled mini-batches (``seed_loader``)."""
+    if full_batch:
+        return FullBatch(data, mask, len(fanouts), steps_between_evals, device)
+    return seed_loader(data, mask, fanouts, batch_size, seed=seed, device=device)
+
+
+def induced(batch, order: torch.Tensor, batch_size: int, hops: int):
+    """PyG's ``Data.subgraph`` on the nodes ``order`` (local ids, relabelled in that order)
+    as a node batch: its first ``batch_size`` nodes are the seeds, ``n_id`` their global ids."""
+    out = batch.subgraph(order)
+    for stale in ("num_sampled_nodes", "num_sampled_edges"):  # PyG's per-hop counts of the whole
+        if stale in out:
+            del out[stale]
+    out.batch_size, out.hops = batch_size, hops
+    if "n_id" not in out:
+        out.n_id = order
+    return out
+
+
+def hops_of(batch) -> int:
+    if isinstance(getattr(batch, "hops", None), int):
+        return batch.hops
+    if getattr(batch, "num_sampled_nodes", None) is not None:  # PyG's NeighborLoader
+        return len(batch.num_sampled_nodes) - 1
+    raise TypeError("cannot split a graph batch without knowing its hops: set batch.hops "
+                    "(the layers of the model) for OOM back-off")
+
+
+def split_seeds(batch, parts: int) -> list:
+    """A node batch cut into ``parts`` batches by its seed nodes, each with the
+    ``hops``-hop neighbourhood its seeds need (PyG's ``k_hop_subgraph``), so the mean of
+    the parts' losses is the whole batch's loss at a fraction of its memory."""
+    from torch_geometric.utils import k_hop_subgraph
+    hops, out = hops_of(batch), []
+    for seeds in torch.arange(batch.batch_size, device=batch.edge_index.device).tensor_split(parts):
+        reached = k_hop_subgraph(seeds, hops, batch.edge_index, num_nodes=batch.num_nodes)[0]
+        others = reached[~torch.isin(reached, seeds)]
+        out.append(induced(batch, torch.cat([seeds, others]), len(seeds), hops))
+    return out
+
+
+def link_batches(data, batch_size: int, fanouts: list[int], seed: int, device):
+    """Edge mini-batches for link reconstruction: (sampled neighbourhood, positive pairs,
+    as many random negative pairs), in local ids of the neighbourhood; memory bounded
+    by the batch, negatives drawn from the batch's ids (the same ones after a resume)."""
+    from ..parallel.loaders import make_loader
+    sampler = NeighborSampler(data, fanouts, seed)
+    n = data.num_nodes
+
+    def collate(ids):
+        ids = torch.stack(ids) if isinstance(ids, list) else ids
+        pos = data.edge_index[:, ids]
+        g = torch.Generator().manual_seed(int(ids.sum()) + seed)
+        neg = torch.randint(0, n, pos.shape, generator=g)
+        nodes, inverse = torch.unique(torch.cat([pos, neg], 1), return_inverse=True)
+        return sampler(nodes), inverse[:, : pos.shape[1]], inverse[:, pos.shape[1]:]
+
+    edges = torch.arange(data.edge_index.shape[1])
+    return make_loader(edges, min(batch_size, len(edges)), seed=seed, device=device,
+                       num_workers=0, collate_fn=collate)

@@ -1,0 +1,197 @@
+"""``kk.start`` and the run context it returns.
+
+``start`` validates the notebook's parameters, prints the environment report, seeds
+everything and picks the output folder; what every fit, launch, search and cache of the
+run must agree on is decided there, once, and travels in the ``Run`` it returns:
+
+- the precision for the card (``run.precision``), ``force_retrain``, the session's
+  deadline (``time_budget_s``, else Kaggle's session limit, else the competition's cap in a
+  scoring rerun), the config, which parameters are run control (``# [run]`` in the
+  parameters cell), and the sandbox's work cap;
+- it is passed explicitly, the way Lightning Fabric passes its object: ``run.launch(fn,
+  ...)`` calls ``fn(run, ...)`` on every rank, ``kk.fit(..., run=run)`` and
+  ``kk.tune.optimize(..., run=run)`` take it. No module global carries it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..machine import budget as budget_mod, env, inputs
+from ..parallel import ranklog, ranks
+from ..state.cache import Cache
+from ..state.checkpoint import CheckpointManager
+from ..state.identity import DEFAULT_RUN_CONTROL
+from . import params
+from .report import Report, save_figure, what_it_did  # noqa: F401 (kk.context.save_figure)
+
+WORK_CAP_ENV = "KAGGLEKIT_WORK_CAP"  # set by `make sandbox`: optimizer steps per fit at most
+RERUN_HOURS = 9.0  # a code competition's usual cap on its scoring rerun (the parameter wins)
+
+
+class DataDirError(FileNotFoundError):
+    """``data_dir`` does not exist or lacks the files a pipeline needs."""
+
+
+@dataclass
+class Run(Report):
+    name: str
+    config: dict
+    output_dir: Path
+    env: env.EnvReport
+    seed: int = 0
+    run_control: frozenset = DEFAULT_RUN_CONTROL  # config keys that are not the run's identity
+    force_retrain: bool = False  # every fit starts over, every cache entry is recomputed
+    deadline: float | None = None  # unix time the session's work must end by (None: never)
+    work_cap: int | None = None  # the sandbox's cap: optimizer steps and batches per fit
+    rerun: bool = False  # Kaggle's scoring rerun of a code competition (hidden test set)
+    session: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # this kernel run
+    metrics: dict = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+    previous: dict = field(default_factory=dict, repr=False)  # metrics.json of the last run here
+    chain: dict = field(default_factory=dict)  # what each fit and cache entry did this session
+    pid: int = field(default_factory=os.getpid, repr=False)  # the notebook's process
+    _cache: Cache | None = field(default=None, repr=False)
+
+    @property
+    def precision(self):
+        """The precision decided for this machine's card at ``start`` (``Precision``)."""
+        return self.env.precision
+
+    @property
+    def device(self):
+        """This process's device: cuda:<rank> in a launched rank, cuda:0 or the CPU here."""
+        return ranks.default_device()
+
+    @property
+    def resume(self) -> bool:
+        return not self.force_retrain
+
+    def budget(self) -> budget_mod.Budget:
+        """The session's deadline, shared by every fit, fold and trial of the run."""
+        return budget_mod.Budget(deadline=self.deadline)
+
+    def launch(self, fn, *args, nprocs: int | None = None, **kwargs):
+        """``fn(run, *args, **kwargs)`` on every GPU (one DDP process each, ``kk.launch``);
+        rank 0's return value. In each rank ``run.device`` is that rank's GPU."""
+        from ..parallel.launcher import launch
+        return launch(fn, *args, nprocs=nprocs, run=self, **kwargs)
+
+    @property
+    def cache(self) -> Cache:
+        """This run's result cache (``force_retrain`` recomputes every entry)."""
+        if self._cache is None:
+            self._cache = Cache(self.output_dir / "cache", force=self.force_retrain)
+        return self._cache
+
+    def cached(self, name: str, config: dict, fn, *, data=None, code=None):
+        """``fn()``'s result for (config, data, code), from the cache when it is there;
+        hits, misses and time saved go to metrics.json."""
+        hits = self.cache.stats()["hits"]
+        value = self.cache.get(name, config, fn, data=data, code=code)
+        stats = self.cache.stats()
+        self.chain[f"cache:{name}"] = "hit" if stats["hits"] > hits else "computed"
+        self.log(cache=stats, chain=self.chain)
+        return value
+
+    def checkpoints(self, name: str = "model", **kwargs) -> CheckpointManager:
+        """The checkpoints of fit ``name``: ``<output>/checkpoints/<name>``, also found in the
+        attached inputs; the notebook's run-control parameters are not its identity."""
+        kwargs.setdefault("run_control", self.run_control)
+        return CheckpointManager(self.output_dir / "checkpoints" / name, **kwargs)
+
+    def data_dir(self, required: list[str] = ()) -> Path | None:
+        """The ``data_dir`` parameter as a Path (a folder, or the ``owner/slug`` of an
+        attached Kaggle source in either input layout), None when empty; missing files raise."""
+        value = self.config.get("data_dir") or ""
+        if not value:
+            return None
+        path = Path(value).expanduser()
+        if not path.is_dir():
+            path = inputs.attached(value, env.where().input_roots) or path
+        if not path.is_dir():
+            raise DataDirError(f"data_dir={value!r} does not exist: no folder and no attached Kaggle "
+                               "source (owner/slug under /kaggle/input, or data/<slug> locally after "
+                               "`make data`). Leave data_dir empty for the built-in data, or attach "
+                               "the dataset (dataset_sources in kernel-metadata) and give its "
+                               "owner/slug or folder.")
+        missing = [name for name in required if not any(path.rglob(name))]
+        if missing:
+            raise DataDirError(f"data_dir={value!r} lacks {', '.join(missing)}: this pipeline "
+                               f"needs {', '.join(required)} somewhere under it.")
+        return path
+
+
+def _previous_metrics(output: Path) -> dict:
+    try:
+        return json.loads((output / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def work_cap() -> int | None:
+    """``KAGGLEKIT_WORK_CAP``: the sandbox's cap on optimizer steps per fit (None: off)."""
+    value = os.environ.get(WORK_CAP_ENV, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{WORK_CAP_ENV}={value!r} must be a positive number of steps (or unset)")
+    return int(value)
+
+
+def deadline(config: dict, rerun: bool) -> float | None:
+    """When the session's work must end: ``time_budget_s`` from now; else on Kaggle the
+    session limit (the competition's cap, ``rerun_hours``, in a scoring rerun); else never."""
+    budget_s = float(config.get("time_budget_s") or 0)
+    if budget_s > 0:
+        return time.time() + budget_s
+    if rerun:
+        hours = float(config.get("rerun_hours") or RERUN_HOURS)
+        return budget_mod.Budget.for_kaggle(session_s=hours * 3600).deadline
+    return budget_mod.Budget.resolve(None).deadline
+
+
+def start(namespace: dict, name: str, *, smoke: dict | None = None,
+          declared: dict | None = None, verbose: bool = True) -> Run:
+    """Validate a notebook's parameters and set the run up; the run context.
+
+    Args:
+        namespace: the notebook's ``globals()``; parameters are read from it.
+        name: the notebook's name (its output folder locally is ``runs/<name>``).
+        smoke: parameter values that replace the given ones when ``smoke`` is true
+            (a tiny run through every code path, for CI); recorded in the config.
+        declared: ``{name: default}`` when not running in a notebook.
+    """
+    config, run_control = params.read(namespace, declared)
+    if config.get("smoke") and smoke:
+        unknown = sorted(set(smoke) - set(config))
+        if unknown:
+            raise params.ParameterError(f"smoke overrides {unknown} are not parameters")
+        config.update(smoke)
+        namespace.update(smoke)
+    output = env.working_dir(name)
+    os.environ[ranklog.LOG_DIR_ENV] = str(output / "logs")  # launched ranks write there
+    report = env.describe_machine(config.get("precision", "auto"), output, verbose=verbose)
+    seed = int(config.get("seed", 0))
+    env.seed_everything(seed)
+    config = json.loads(json.dumps(config, default=str))
+    rerun = env.competition_rerun()
+    inputs.index(report.where.input_roots).by_name  # walk the inputs once, before any rank forks
+    run = Run(name=name, config=config, output_dir=output, env=report, seed=seed,
+              run_control=run_control, force_retrain=bool(config.get("force_retrain")),
+              deadline=deadline(config, rerun), work_cap=work_cap(), rerun=rerun,
+              previous=_previous_metrics(output))
+    run.data_dir()  # fail now, before any work, if the folder is missing
+    expected = os.environ.get("KAGGLEKIT_EXPECT_GPUS")  # set by the pushed notebook
+    if expected:
+        run.metrics["accelerator"] = env.check_accelerator(report.gpus, expected)
+    if rerun:
+        run.metrics["competition_rerun"] = {"hours": (run.deadline - time.time()) / 3600}
+        print(f"kagglekit: Kaggle's scoring rerun: {run.metrics['competition_rerun']['hours']:.2f} h "
+              "left under the competition's cap; predicting the hidden test set only")
+    run.save_metrics()
+    return run

@@ -1,0 +1,148 @@
+"""Scores computed by scikit-learn, on every rank's outputs gathered first.
+
+Ranking metrics (PR-AUC, ROC-AUC) are easy to get subtly wrong by hand: with tied
+scores a hand-written average precision depends on the sort order and comes out
+high, and logits produced under fp16 autocast (the T4 path) carry about three
+significant digits, so ties are common exactly where a Kaggle run is judged. Every
+score here is scikit-learn's own definition; this module only moves tensors to it:
+- scores are compared in float32 or wider (half-precision input is widened, and
+  warned about once: ties were already made where the logits were computed);
+- under DDP the rows of every rank are gathered before scoring (``gather``),
+  never scored per rank and averaged.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..parallel import ranks
+
+_warned_half = False
+
+
+def _numpy(t, dtype=np.float64) -> np.ndarray:
+    global _warned_half
+    if isinstance(t, torch.Tensor):
+        if t.dtype in (torch.float16, torch.bfloat16) and not _warned_half:
+            _warned_half = True
+            warnings.warn(f"scores arrived as {t.dtype}: rankings computed from them are full of "
+                          "ties. Compute the evaluation forward outside autocast (or at least "
+                          "its last layer) so scores stay float32.", stacklevel=3)
+        t = t.detach().float().cpu().numpy()
+    return np.asarray(t, dtype=dtype)
+
+
+def _labels(t) -> np.ndarray:
+    return _numpy(t, np.int64)
+
+
+def gather(*tensors: torch.Tensor, index: torch.Tensor | None = None) -> tuple:
+    """Rows of every rank, concatenated in rank order (on every rank), for scoring.
+
+    Ranks may hold different numbers of rows. ``index``: the dataset index of each
+    row; rows seen twice (a DistributedSampler pads the last shard with repeats)
+    are then kept once. Outside DDP the tensors come back unchanged.
+    """
+    if index is not None:
+        tensors = (*tensors, index)
+    if ranks.distributed():
+        tensors = tuple(_all_gather_rows(t) for t in tensors)
+    if index is None:
+        return tensors
+    *values, seen = tensors
+    first = _first_occurrence(seen)
+    return tuple(v[first] for v in values)
+
+
+def _all_gather_rows(t: torch.Tensor) -> torch.Tensor:
+    world = dist.get_world_size()
+    size = torch.tensor([t.shape[0]], device=t.device)
+    sizes = [torch.zeros_like(size) for _ in range(world)]
+    dist.all_gather(sizes, size)
+    longest = int(max(s.item() for s in sizes))
+    padded = t.new_zeros((longest, *t.shape[1:]))
+    padded[: t.shape[0]] = t
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    return torch.cat([p[: int(s.item())] for p, s in zip(parts, sizes)])
+
+
+def _first_occurrence(index: torch.Tensor) -> torch.Tensor:
+    """Positions of the first occurrence of each distinct value, in original order."""
+    order = torch.argsort(index, stable=True)
+    ordered = index[order]
+    first = torch.ones_like(ordered, dtype=torch.bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    return torch.sort(order[first]).values
+
+
+# ---- binary scores ------------------------------------------------------------------------
+def average_precision(scores, labels) -> float:
+    """PR-AUC as average precision (scikit-learn's definition; ties handled); NaN
+    when there is no positive."""
+    from sklearn.metrics import average_precision_score
+    y = _labels(labels)
+    if not y.any():
+        return float("nan")
+    return float(average_precision_score(y, _numpy(scores)))
+
+
+def pr_curve(scores, labels) -> tuple[np.ndarray, np.ndarray]:
+    """(precision, recall) at every distinct threshold (scikit-learn's curve)."""
+    from sklearn.metrics import precision_recall_curve
+    precision, recall, _ = precision_recall_curve(_labels(labels), _numpy(scores))
+    return precision, recall
+
+
+def roc_auc(scores, labels) -> float:
+    """Area under the ROC curve; NaN when only one class is present."""
+    from sklearn.metrics import roc_auc_score
+    y = _labels(labels)
+    if len(np.unique(y)) < 2:
+        return float("nan")
+    return float(roc_auc_score(y, _numpy(scores)))
+
+
+def f1_at(scores, labels, threshold: float) -> float:
+    """F1 of the positive class when ``scores >= threshold`` is called positive."""
+    from sklearn.metrics import f1_score
+    return float(f1_score(_labels(labels), _numpy(scores) >= threshold, zero_division=0))
+
+
+def binary(logits, labels) -> dict:
+    """PR-AUC, ROC-AUC and F1 at probability 0.5 from one logit per row."""
+    scores = _numpy(logits).reshape(-1)
+    return {"pr_auc": average_precision(scores, labels), "roc_auc": roc_auc(scores, labels),
+            "f1": f1_at(scores, labels, 0.0)}  # logit 0 = probability 0.5
+
+
+# ---- several classes ----------------------------------------------------------------------
+def multiclass(logits, labels) -> dict:
+    """Accuracy, macro F1 and macro PR-AUC (one class against the rest) from logits."""
+    from sklearn.metrics import accuracy_score, average_precision_score, f1_score
+    scores, y = _numpy(logits), _labels(labels)
+    pred = scores.argmax(1)
+    present = np.unique(y)  # a class absent from y has no PR curve
+    onehot = (y[:, None] == present[None, :])
+    return {"accuracy": float(accuracy_score(y, pred)),
+            "f1_macro": float(f1_score(y, pred, average="macro", zero_division=0)),
+            "pr_auc": float(average_precision_score(onehot, scores[:, present], average="macro"))}
+
+
+def classification(logits, labels) -> dict:
+    """``binary`` for one logit per row, ``multiclass`` for several."""
+    logits = torch.as_tensor(logits)
+    if logits.dim() == 1 or logits.shape[1] == 1:
+        return binary(logits, labels)
+    return multiclass(logits, labels)
+
+
+# ---- regression ---------------------------------------------------------------------------
+def regression(pred, truth) -> dict:
+    """MAE and RMSE over every element (all horizons and series alike)."""
+    from sklearn.metrics import mean_absolute_error, root_mean_squared_error
+    p, t = _numpy(pred).reshape(-1), _numpy(truth).reshape(-1)
+    return {"mae": float(mean_absolute_error(t, p)), "rmse": float(root_mean_squared_error(t, p))}

@@ -1,0 +1,108 @@
+"""What a run leaves for a person: metrics.json, plots inline and on disk, tables, the summary.
+
+``Run`` (``context``) inherits these; they write only from the notebook's own process (a
+launched rank returns what it measured, and the notebook logs it), so metrics.json has one
+writer and nothing a rank wrote is lost under the parent's next write.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ..machine import display
+from ..state import atomic
+
+
+class Report:
+    """metrics.json and the plots of one run, in ``output_dir`` (mixed into ``Run``)."""
+
+    def log(self, **metrics) -> None:
+        """Add facts to metrics.json (written at once, atomically)."""
+        if os.getpid() != self.pid:
+            raise RuntimeError("run.log() inside a launched process: return what you measured "
+                               "from the launched function and log it in the notebook")
+        self.metrics.update(metrics)
+        self.save_metrics()
+
+    def log_fit(self, label: str, result, step_plot: bool = True) -> None:
+        """A fit's summary into metrics.json under ``label``, and its monitoring plots.
+
+        ``<label>_step_time.png``: where a step's time goes (sampled phases; pass
+        ``step_plot=False`` to draw several fits side by side with
+        ``plots.step_breakdown`` instead); ``<label>_gpu.png``: utilisation and
+        memory per GPU over time (on GPU). ``result``: a FitResult, or its
+        ``summary()`` (what launched ranks send back).
+        """
+        from . import plots
+        summary = dict(result.summary() if hasattr(result, "summary") else result)
+        self.chain[label] = what_it_did(summary, self.session)
+        timeline = summary.pop("gpu_timeline", None) or []
+        earlier = self.previous.get(label)
+        if summary.get("stopped") == "already_complete" and earlier:
+            # A rerun that skipped training measured nothing: keep the figures of the run
+            # that trained (speed, step breakdown, diagnosis), not zeros over them.
+            summary = {**earlier, "stopped": "already_complete", "skipped_rerun": True,
+                       "steps_this_session": 0, "resumed_from": summary.get("resumed_from")}
+        self.log(**{label: summary}, chain=self.chain)
+        if step_plot and summary.get("step_breakdown", {}).get("sampled_steps"):
+            self.savefig(plots.step_breakdown({label: summary["step_breakdown"]}),
+                         f"{label}_step_time")
+        if timeline:
+            self.savefig(plots.gpu_timeline(timeline), f"{label}_gpu")
+
+    def save_metrics(self) -> Path:
+        path = self.output_dir / "metrics.json"
+        payload = {"notebook": self.name, "config": self.config, "env": self.env.as_dict(),
+                   "wall_seconds": round(time.time() - self.started, 3), **self.metrics}
+        atomic.write_json(path, payload)
+        return path
+
+    def savefig(self, fig, name: str) -> None:
+        """Save a matplotlib figure as ``<output>/<name>.png``, show it inline, close it.
+
+        Returns nothing, so a cell ending with it shows the figure, not a path."""
+        save_figure(fig, self.output_dir / f"{name}.png")
+
+    def table(self, rows: list[dict], digits: int = 4) -> None:
+        """Show ``rows`` as a table (HTML in a notebook)."""
+        display.show_table(rows, digits)
+
+    def summary(self, headlines: list[dict]) -> None:
+        """The closing cell: each headline result beside its baseline and criterion,
+        with a pass/fail mark (``display.headline`` makes the rows); into metrics.json too."""
+        self.log(summary=headlines)
+        display.show_markdown(display.summary_markdown(headlines))
+        display.show_table([{"result": h["result"], "value": h["value"],
+                             "baseline": f"{h['vs']} {h['baseline']:.4g}" if h["baseline"] is not None else "",
+                             "criterion": h["criterion"],
+                             "pass": {True: "yes", False: "NO", None: ""}[h["passed"]]}
+                            for h in headlines])
+
+
+
+def what_it_did(summary: dict, session: str) -> str:
+    """How a fit's result came to be in this session: the kernel-version chain's record.
+
+    "trained" (from step 0), "resumed" (from a checkpoint), "skipped" (a finished
+    checkpoint), "cached" (a summary computed in an earlier session, from the cache),
+    "unsaved" (trained without checkpoints: a measurement, nothing to resume).
+    """
+    if summary.get("session") and session and summary["session"] != session:
+        return "cached"
+    if summary.get("stopped") == "already_complete":
+        return "skipped"
+    if summary.get("resumed_from"):
+        return "resumed"
+    return "trained" if summary.get("checkpoint") else "unsaved"
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Write ``fig`` as a PNG atomically, show it inline in a notebook, close it
+    (closing keeps a long notebook's memory flat)."""
+    import matplotlib.pyplot as plt
+    with atomic.atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    display.show_png(path)
+    return path

@@ -1,0 +1,316 @@
+"""Optuna searches that survive Kaggle sessions and use every GPU.
+
+- The study lives in SQLite in the working dir (or any storage URL given), so it is
+  saved with the kernel's output; a new kernel version copies the previous
+  version's study from the attached inputs and carries on.
+- ``n_trials`` is the *total* target across versions: each version runs what is left.
+- Heartbeats mark running trials; a trial whose process died (a killed session, an
+  out-of-memory kill) is failed once its heartbeat is stale and its parameters are
+  retried (Optuna's RetryHeartbeatStaleTrialCallback).
+- Workers: one process per GPU (each sees only its GPU) or N on CPU. A file lock
+  around "count, then ask" makes the total exact: no trial lost, none run twice.
+- A trial is only started when its measured duration still fits the time budget.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import statistics
+import time
+import warnings
+from pathlib import Path
+from typing import Callable
+
+from ..machine import env
+from ..loop import progress
+from ..parallel import ranks
+from . import studystore
+from ..parallel.launcher import run_forked
+from ..machine.budget import Budget
+
+FINISHED = ("COMPLETE", "PRUNED")
+MIN_TRIALS_FOR_PLOTS = 5  # importances and history from fewer trials say nothing
+
+
+def storage_url(path: Path) -> str:
+    return f"sqlite:///{Path(path).resolve()}"
+
+
+def adopt_previous(db: Path, name: str) -> Path | None:
+    """Copy the newest ``<name>.db`` found in the inputs into the working dir.
+
+    Only when the working dir has none: this version's own study is never replaced.
+    """
+    if db.exists():
+        return None
+    found = [p for p in env.find_inputs(f"{name}.db") if p.is_file()]
+    if not found:
+        return None
+    newest = max(found, key=lambda p: p.stat().st_mtime)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(newest, db)  # the input is read-only; SQLite needs to write
+    return newest
+
+
+def _storage(url: str, heartbeat_s: int, grace_s: int, max_retry: int):
+    import optuna
+    if not os.environ.get("KAGGLEKIT_VERBOSE"):  # "A new study created..." on every load
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return studystore.open_storage(url, heartbeat_s, grace_s, max_retry)
+
+
+def load_study(name: str, url: str, direction: str, *, sampler=None, pruner=None,
+               heartbeat_s: int = 10, grace_s: int = 30, max_retry: int = 3):
+    import optuna
+    return optuna.create_study(
+        study_name=name, storage=_storage(url, heartbeat_s, grace_s, max_retry),
+        direction=direction, sampler=sampler, load_if_exists=True,
+        pruner=pruner if pruner is not None else optuna.pruners.MedianPruner(
+            n_startup_trials=3, n_warmup_steps=1))
+
+
+def counts(study) -> dict:
+    out = {}
+    for t in study.get_trials(deepcopy=False):
+        out[t.state.name] = out.get(t.state.name, 0) + 1
+    return out
+
+
+def trial_seconds(study) -> float | None:
+    """Median duration of the finished trials (None before the first)."""
+    durations = [(t.datetime_complete - t.datetime_start).total_seconds()
+                 for t in study.get_trials(deepcopy=False)
+                 if t.state.name in FINISHED and t.datetime_complete and t.datetime_start]
+    return statistics.median(durations) if durations else None
+
+
+def _next_trial(study, url: str, lock: Path, n_trials: int, budget: Budget, options: dict):
+    """Under the lock: fail stale trials, then ask for a trial if one is still due.
+
+    Returns (trial or None, reason to stop or None).
+    """
+    import optuna
+    with studystore.locked(study._storage, url, study.study_name, lock), warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        studystore.fail_stale(study, options.get("grace_s", 30), options.get("max_retry", 3))
+        c = counts(study)
+        finished, running = sum(c.get(s, 0) for s in FINISHED), c.get("RUNNING", 0)
+        if finished + running >= n_trials:
+            return None, "target reached"
+        if c.get("FAIL", 0) > max(3, n_trials):
+            return None, "too many failed trials"
+        typical = trial_seconds(study)
+        if typical is not None and not budget.allows(1.2 * typical):
+            return None, "time budget"
+        # Optuna warns that heartbeats are meant for Study.optimize; _work records them.
+        warnings.filterwarnings("ignore", message="Heartbeat of storage")
+        return study.ask(), None
+
+
+def _work(objective: Callable, name: str, url: str, direction: str, n_trials: int,
+          lock: Path, budget: Budget, options: dict, seed: int | None = None,
+          worker: int = 0) -> str:
+    """One worker: ask, run with a heartbeat, tell; until the target or the budget."""
+    import optuna
+    study = load_study(name, url, direction, **options)
+    if options.get("sampler") is None and seed is not None:
+        # Reproducible for a given seed, yet no two workers (nor two sessions of one
+        # search) draw the same points: each gets its own stream.
+        study.sampler = optuna.samplers.TPESampler(
+            seed=seed + 7919 * worker + 104729 * len(study.trials))
+    while True:
+        trial, reason = _next_trial(study, url, lock, n_trials, budget, options)
+        if trial is None:
+            return reason
+        started = time.monotonic()
+        with studystore.heartbeat(study._storage, trial._trial_id, options.get("heartbeat_s", 10) / 2), \
+                progress.quiet():  # one line per trial, not a progress bar per fit
+            try:
+                value = objective(trial)
+            except optuna.TrialPruned as pruned:
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                _say(trial, f"pruned ({pruned})", started)
+                continue
+            except Exception as err:  # noqa: BLE001 - one bad trial must not end the search
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                _say(trial, f"failed: {type(err).__name__}: {err}", started)
+                continue
+        study.tell(trial, value)
+        _say(trial, f"{value:.4g}", started)
+
+
+def _say(trial, outcome: str, started: float) -> None:
+    params = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                       for k, v in trial.params.items())
+    print(f"kagglekit tune: trial {trial.number}: {outcome} [{params}] "
+          f"{time.monotonic() - started:.1f}s", flush=True)
+
+
+def _worker(gpus: int, threads: int, args: tuple, index: int) -> str:
+    """One search worker in its own process: its GPU, its threads, its trials."""
+    if gpus:  # before anything touches CUDA in this fresh process
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
+    import torch
+    torch.set_num_threads(threads)
+    return _on_device(gpus, _work, *args, worker=index)
+
+
+def _on_device(gpus: int, fn, *args, **kwargs):
+    """``fn`` with the launch context's device set to this worker's GPU (cuda:0 of what it
+    sees) when there are GPUs: a fit inside the objective trains there, not on the CPU."""
+    import torch
+    previous = ranks.context()
+    if gpus:
+        ranks.set_context(ranks.Context("single", 0, 0, 1, torch.device("cuda:0")))
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        ranks.set_context(previous)
+
+
+def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path | str,
+             direction: str = "maximize", workers: int | None = None, storage: str | None = None,
+             time_budget=None, sampler=None, pruner=None, seed: int | None = 0,
+             heartbeat_s: int = 10, grace_s: int = 30, max_retry: int = 3, key=None,
+             first_params: dict | None = None, run=None):
+    """Run ``objective`` until the study holds ``n_trials`` finished trials in total.
+
+    Args:
+        objective: ``objective(trial) -> float``; report per-epoch values with
+            ``pruning_hook(trial)`` in ``fit(on_epoch_end=...)`` to be pruned early.
+        name: study name; the SQLite file is ``<directory>/<name>.db``.
+        key: what the trials depend on besides their own parameters (the data, fixed
+            settings; anything ``cache.fingerprint`` takes). The study is kept per key
+            (``<name>-<fingerprint>``): a search on other data starts its own study
+            instead of continuing, and counting, the trials of another data set.
+        n_trials: total finished (complete or pruned) trials across all sessions.
+        workers: processes (default: one per GPU, else 1). Each sees only its GPU, and
+            a fit in the objective trains there (the launch context's device). They run
+            under ``launch``'s supervisor: one failing stops the others.
+        storage: where the study lives instead of the SQLite file: a SQLAlchemy URL
+            (PostgreSQL: one study for several kernels or machines), ``journal:<path>`` on a
+            shared folder, or ``env:NAME`` / ``secret:NAME`` holding the URL (see studystore).
+        time_budget: seconds or a Budget (default: the run's, else the Kaggle session
+            limit on Kaggle).
+        sampler / pruner: Optuna's (default: TPESampler seeded from ``seed`` per worker
+            and session, and MedianPruner); ``seed=None`` leaves the default unseeded.
+        first_params: the first trial of a new study (say, the notebook's defaults), so
+            the best of a short search is never worse on validation than its start.
+        run: the run context (``kk.start``'s): its deadline bounds the search.
+    Returns the study (loaded in this process).
+    """
+    from ..machine.gpus import inventory
+    from ..machine.gpus import cuda_initialised
+    if key is not None:
+        from ..state.cache import fingerprint
+        name = f"{name}-{fingerprint(key)[:10]}"
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    db = directory / f"{name}.db"
+    if storage is None:
+        adopted = adopt_previous(db, name)
+        if adopted is not None:
+            print(f"kagglekit tune: continuing the study found in {adopted}")
+    url = studystore.resolve(storage) if storage else storage_url(db)  # never printed
+    options = {"sampler": sampler, "pruner": pruner, "heartbeat_s": heartbeat_s,
+               "grace_s": grace_s, "max_retry": max_retry}
+    study = load_study(name, url, direction, **options)  # creates the tables once
+    if first_params and not study.trials:
+        study.enqueue_trial(first_params)
+    gpus = len(inventory())
+    workers = workers or max(1, gpus)
+    budget = Budget.resolve(time_budget if time_budget is not None or run is None else run.budget())
+    args = (objective, name, url, direction, n_trials,
+            directory / f".{name}.lock", budget, options, seed)
+    if workers == 1:
+        reason = _on_device(gpus, _work, *args)
+    else:
+        if gpus and cuda_initialised():
+            from ..parallel.launcher import CUDA_INITIALISED
+            raise RuntimeError(CUDA_INITIALISED)
+        threads = max(1, env.cpus() // workers)
+        run_forked(functools.partial(_worker, gpus, threads, args), workers, what="tune worker")
+        reason = "workers finished"
+    study = load_study(name, url, direction, **options)
+    print(f"kagglekit tune: {name}: {counts(study)} ({reason})")
+    return study
+
+
+def pruning_hook(trial, monitor: str = "val_loss"):
+    """``on_epoch_end`` hook for ``fit``: report ``monitor`` and prune a poor trial."""
+    import optuna
+
+    def hook(state) -> None:
+        value = state.history[-1][monitor]
+        trial.report(value, step=state.epoch)
+        if trial.should_prune():
+            raise optuna.TrialPruned(f"pruned at epoch {state.epoch} ({monitor}={value:.4g})")
+    return hook
+
+
+def summarize(study, output_dir: Path | str, prefix: str = "tune") -> dict:
+    """Best parameters (JSON), every trial (CSV), Optuna's own plots; a summary dict."""
+    import csv
+    import io
+
+    from ..state import atomic
+    output_dir = Path(output_dir)
+    trials = study.get_trials(deepcopy=False)
+    params = sorted({k for t in trials for k in t.params})
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["number", "state", "value", "seconds", *params])
+    for t in trials:
+        seconds = (t.datetime_complete - t.datetime_start).total_seconds() \
+            if t.datetime_complete and t.datetime_start else ""
+        writer.writerow([t.number, t.state.name, t.value, seconds, *(t.params.get(p) for p in params)])
+    atomic.write_bytes(output_dir / f"{prefix}_trials.csv", buf.getvalue().encode())
+    completed = [t for t in trials if t.state.name == "COMPLETE"]
+    summary = {"study": study.study_name, "trials": counts(study)}
+    _show_best(study, completed)
+    if completed:
+        summary.update(best_value=study.best_value, best_params=study.best_params,
+                       best_trial=study.best_trial.number)
+        atomic.write_json(output_dir / f"{prefix}_best_params.json", study.best_params)
+    summary["plots"] = []
+    if len(completed) >= MIN_TRIALS_FOR_PLOTS:
+        summary["plots"] = _plots(study, output_dir, prefix)
+    else:
+        print(f"kagglekit tune: {len(completed)} completed trial(s): too few for Optuna's plots "
+              f"(they need {MIN_TRIALS_FOR_PLOTS} to say anything)")
+    return summary
+
+
+def _show_best(study, completed: list, top: int = 5) -> None:
+    """The best trials as a table in the notebook (the whole list is in the CSV)."""
+    from ..machine import display
+    reverse = study.direction.name == "MAXIMIZE"
+    best = sorted(completed, key=lambda t: t.value, reverse=reverse)[:top]
+    display.show_table([{"trial": t.number, "value": t.value, **t.params} for t in best])
+
+
+def _plots(study, output_dir: Path, prefix: str) -> list[str]:
+    from optuna.visualization import matplotlib as ovm
+
+    from ..run.plots import _pyplot
+    from ..run.context import save_figure
+    plt = _pyplot()
+    made = []
+    for name, plot in (("history", ovm.plot_optimization_history),
+                       ("importances", ovm.plot_param_importances),
+                       ("parallel", ovm.plot_parallel_coordinate)):
+        # rc_context: Optuna switches matplotlib to its "ggplot" style globally; keep it local.
+        with warnings.catch_warnings(), plt.rc_context():
+            warnings.simplefilter("ignore")  # Optuna marks these "experimental"
+            try:
+                ax = plot(study)
+            except Exception as err:  # noqa: BLE001 - e.g. one parameter only: no importances
+                print(f"kagglekit tune: no {name} plot ({type(err).__name__}: {err})")
+                continue
+            fig = (ax.flat[0] if hasattr(ax, "flat") else ax).figure
+            path = save_figure(fig, output_dir / f"{prefix}_{name}.png")
+        made.append(path.name)
+    return made

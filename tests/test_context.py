@@ -1,0 +1,143 @@
+"""The run context kk.start returns reaches every fit it is given, in this process and in
+launched ranks; it is passed explicitly, never installed in a module."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+import kagglekit as kk
+from kagglekit import datasets, inputs, models
+
+DECLARED = {"seed": 0, "force_retrain": False, "time_budget_s": 0.0, "precision": "auto",
+            "data_dir": ""}
+
+
+def _start(**values):
+    config = {**DECLARED, **values}
+    return kk.start(dict(config), "policy", declared=dict(DECLARED), verbose=False)
+
+
+def _fit_with_run_defaults(run, steps: int = 6, epochs: int = 2) -> dict:
+    """A fit that passes no resume, budget, precision or config: the run decides them."""
+    torch.manual_seed(0)
+    ds = datasets.tabular(256, features=8)
+    model = models.MLP(8, 16, 4)
+    result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                    kk.make_loader(ds, 32, seed=0, num_workers=0), kk.supervised(F.cross_entropy),
+                    run=run, epochs=epochs, max_steps=steps, checkpoints="m",
+                    save_every_min=None, progress=False)
+    return {"stopped": result.stopped, "steps_this_session": result.steps_this_session,
+            "resumed_from": result.resumed_from, "precision": result.precision,
+            "rank": kk.launcher.context().rank}
+
+
+@pytest.mark.slow
+def test_force_retrain_and_the_time_budget_reach_every_fit_in_launched_ranks(tmp_path):
+    os.environ["KAGGLEKIT_OUTPUT"] = str(tmp_path / "out")
+    try:
+        run = _start()
+        first = run.launch(_fit_with_run_defaults, nprocs=2)
+        assert first["stopped"] == "max_steps" and first["steps_this_session"] == 6
+        again = run.launch(_fit_with_run_defaults, nprocs=2)  # finished: skipped, not retrained
+        assert again["stopped"] == "already_complete" and again["steps_this_session"] == 0
+        forced = _start(force_retrain=True).launch(_fit_with_run_defaults, nprocs=2)
+        assert forced["stopped"] == "max_steps" and forced["steps_this_session"] == 6
+        assert forced["resumed_from"] is None
+        late = _start(force_retrain=True, time_budget_s=0.001)  # a deadline already passed
+        out_of_time = late.launch(_fit_with_run_defaults, 40, 10, nprocs=2)
+        # The ranks decide together every AGREE_EVERY steps: the first decision stops them.
+        assert out_of_time["stopped"] == "time_budget"
+        assert out_of_time["steps_this_session"] == kk.train.AGREE_EVERY
+    finally:
+        os.environ.pop("KAGGLEKIT_OUTPUT", None)
+
+
+def test_an_explicit_argument_wins_over_the_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("KAGGLEKIT_OUTPUT", str(tmp_path / "out"))
+    run = _start(force_retrain=True)
+    assert run.resume is False and run.config["force_retrain"] is True
+    durability = kk.fitoptions.Durability(resume=True, time_budget=5.0).resolved(run)
+    assert durability.resume is True and durability.time_budget.remaining() <= 5.0
+    assert kk.fitoptions.Durability().resolved(run).resume is False
+    with pytest.raises(TypeError, match="unexpected keyword argument 'epoch_limit'"):
+        kk.fit(None, None, [1], None, epoch_limit=3)  # fit's options are explicit keywords
+    with pytest.raises(ValueError, match="checkpoints='m' names a fit of the run: pass run=run"):
+        kk.fitoptions.Durability(checkpoints="m").resolved(None)
+
+
+def _log_in_a_rank(run) -> None:
+    run.log(loss=1.0)
+
+
+def test_a_launched_rank_gets_the_run_and_may_not_write_its_metrics(tmp_path, monkeypatch):
+    monkeypatch.setenv("KAGGLEKIT_OUTPUT", str(tmp_path / "out"))
+    run = _start()
+    with pytest.raises(kk.launcher.LaunchError, match="run.log\\(\\) inside a launched process"):
+        run.launch(_log_in_a_rank, nprocs=2)
+    assert "loss" not in json.loads((tmp_path / "out" / "metrics.json").read_text())
+
+
+def _count_walks_of(root: Path, monkeypatch) -> list:
+    """Every os.scandir of a folder under ``root`` from now on (os.walk and pathlib use it)."""
+    calls, real = [], os.scandir
+
+    def counting(path="."):
+        if str(path).startswith(str(root)):
+            calls.append(str(path))
+        return real(path)
+    monkeypatch.setattr(os, "scandir", counting)
+    return calls
+
+
+def _lookups_in_a_rank(run, root: str) -> int:
+    """In a launched rank: fit with checkpoints and a cache lookup; folders of the inputs read."""
+    import pytest as _pytest
+    with _pytest.MonkeyPatch.context() as mp:
+        calls = _count_walks_of(Path(root), mp)
+        _fit_with_run_defaults(run, steps=3)
+        run.cache.get("x", {"a": 1}, lambda: 1)
+    return len(calls)
+
+
+@pytest.mark.slow
+def test_a_hundred_thousand_input_files_are_walked_once_not_per_lookup(kaggle_tree, monkeypatch):
+    competition = kaggle_tree / "input" / "competitions" / "big"
+    for shard in range(100):
+        folder = competition / "train" / f"{shard:03d}"
+        folder.mkdir(parents=True)
+        for i in range(1000):
+            (folder / f"{i:05d}.tif").touch()
+    previous = kaggle_tree / "input" / "notebooks" / "me" / "policy" / "checkpoints"
+    previous.mkdir(parents=True)
+    calls = _count_walks_of(kaggle_tree / "input", monkeypatch)
+    run = _start()
+    assert len(inputs.index([kaggle_tree / "input"])) > 100_000
+    walked = len(calls)
+    assert walked >= 100  # the one walk, at start
+    for _ in range(3):  # checkpoint, cache and study lookups read the index
+        _fit_with_run_defaults(run, steps=2)
+        run.cache.get("y", {"b": 2}, lambda: 2)
+        kk.tune.adopt_previous(kaggle_tree / "working" / "s.db", "s")
+    assert len(calls) == walked, f"{len(calls) - walked} folders of the inputs read again"
+    # Launched ranks inherit the walked index: they do not walk either.
+    assert run.launch(_lookups_in_a_rank, str(kaggle_tree / "input"), nprocs=2) == 0
+
+
+@pytest.mark.parametrize("layout", ["datasets/ellipticco/elliptic-data-set", "elliptic-data-set"])
+def test_data_dir_as_owner_slug_finds_the_attached_dataset_in_either_layout(tmp_path, layout,
+                                                                            monkeypatch):
+    root = tmp_path / "input"
+    (root / layout / "elliptic_bitcoin_dataset").mkdir(parents=True)
+    (root / "datasets" / "someone-else" / "other").mkdir(parents=True)
+    monkeypatch.setenv("KAGGLEKIT_INPUT", str(root))
+    monkeypatch.setenv("KAGGLEKIT_OUTPUT", str(tmp_path / "out"))
+    run = _start(data_dir="ellipticco/elliptic-data-set")
+    assert run.data_dir() == root / layout
+    # Another owner's dataset of that name is not this one (the flat layout has no owner).
+    assert inputs.attached("someone-else/elliptic-data-set", [root]) == \
+        (None if layout.startswith("datasets/") else root / layout)
+    with pytest.raises(kk.context.DataDirError, match="not-attached.*dataset_sources"):
+        _start(data_dir="ellipticco/not-attached")  # checked by kk.start, before any work
