@@ -30,6 +30,10 @@ class OutOfMemoryFloor(RuntimeError):
 
 def batch_size(batch) -> int:
     """Samples in a batch: the first dimension of its first tensor (or its batch_size)."""
+    if isinstance(batch, torch.Tensor):  # the common cases first: this runs every step
+        return batch.shape[0]
+    if isinstance(batch, (list, tuple)) and batch and isinstance(batch[0], torch.Tensor):
+        return batch[0].shape[0]
     if isinstance(getattr(batch, "batch_size", None), int):  # a sampled PyG subgraph
         return batch.batch_size
     if isinstance(getattr(batch, "num_graphs", None), int):  # a PyG Batch of graphs
@@ -75,7 +79,7 @@ def backward(model, batches: list, loss_fn, policy, scaler, *, split: int = 1,
     were one batch. ``graphs``: an active ``cudagraph.GraphedModel`` on ``model``.
     """
     chunks = [c for b in batches for c in split_batch(b, split)]
-    can_skip_sync = hasattr(model, "no_sync")
+    can_skip_sync = isinstance(model, torch.nn.parallel.DistributedDataParallel)
     total = None
     for i, chunk in enumerate(chunks):
         last = i == len(chunks) - 1

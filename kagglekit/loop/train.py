@@ -48,6 +48,7 @@ class _Loop:
         self.epochs, self.scheduler_interval, self.validate = epochs, scheduler_interval, validate
         self.watch, self.durability, self.accumulate = watch, durability, speed.accumulate
         self.step_s = 0.0  # moving average of one optimizer step
+        self.every = AGREE_EVERY if ranks.distributed() else 1  # steps between decisions
         self.timer = monitor.StepTimer(parts.device, watch.profile_every)
         n = len(loader)
         self.per_epoch = n if watch.limit_batches is None else min(n, watch.limit_batches)
@@ -120,7 +121,7 @@ class _Loop:
             return "max_steps"
         if st.step % AGREE_EVERY == 0:
             self.keeper.check_finite(agree=True)  # one host sync per 16 steps
-        every = AGREE_EVERY if ranks.distributed() else 1
+        every = self.every
         if st.step % every:
             return None
         # Room for the steps until the next decision and a save, with a safety factor.

@@ -143,7 +143,8 @@ def _epoch_seed(sampler, epoch: int) -> int:
 def to_device(batch, device: torch.device, non_blocking: bool = True):
     """Move tensors in (nested) tuples, lists and dicts; other values pass through."""
     if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
+        # Already there (a CPU run): no call into torch at all, on the loop's hot path.
+        return batch if batch.device == device else batch.to(device, non_blocking=non_blocking)
     if isinstance(batch, (list, tuple)):
         moved = [to_device(b, device, non_blocking) for b in batch]
         return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
