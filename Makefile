@@ -11,7 +11,7 @@ P ?=
 PYTEST_ARGS ?=
 TEST_JOBS ?= 2
 
-.PHONY: help setup run runs view test sandbox gpu-check soak bench lint clean build push status logs output pull quota compare submit
+.PHONY: help setup run runs view test sandbox gpu-check soak bench lint clean build push status logs output pull quota compare submit data
 
 # V=1: keep the warnings the kit silences because they carry nothing for the user.
 ifdef V
@@ -54,10 +54,10 @@ view: $(STAMP)
 # own. Its packages need neither torch nor the kit installed: `make test` installs them beside
 # the project's venv (two pips on two cores), then links the project's CPU torch in.
 $(SANDBOX_PACKAGES): sandbox/kaggle-image.txt
-	PYTHONPATH=. $(PYTHON) -c "from kagglekit.tools.sandbox import install_packages; install_packages()"
+	PYTHONPATH=. $(PYTHON) -c "from kagglekit.tools.kernelenv import install_packages; install_packages()"
 
 $(SANDBOX_STAMP): $(SANDBOX_PACKAGES) $(STAMP)
-	$(PY) -c "from kagglekit.tools.sandbox import kernel_python; kernel_python()"
+	$(PY) -c "from kagglekit.tools.kernelenv import kernel_python; kernel_python()"
 
 ## test: the whole suite on CPU, the sandbox's six notebooks included (GPU tests are skipped without a GPU; TEST_JOBS=2 workers)
 # Two xdist workers, the longest tests first (tests/conftest.py); --maxschedchunk 1 hands
@@ -93,6 +93,10 @@ submit: $(STAMP)
 pull: $(STAMP)
 	$(PY) -m kagglekit.tools.cli pull $(NB) $(if $(FORCE),--force)
 
+## data: the competition / dataset files a kernel attaches, downloaded by the kaggle CLI -> data/<slug>/ (NB=name, FORCE=1 again)
+data: $(STAMP)
+	$(PY) -m kagglekit.tools.cli data $(NB) $(if $(FORCE),--force)
+
 ## quota: GPU hours used and left this week
 quota: $(STAMP)
 	$(PY) -m kagglekit.tools.cli quota
@@ -101,9 +105,9 @@ quota: $(STAMP)
 soak: $(STAMP)
 	$(PY) tests/soak.py
 
-## sandbox: what push sends, run in Kaggle's image (sandbox/kaggle-image.txt), 3 versions each (NB=name, JOBS=2 side by side)
+## sandbox: what push sends, run in Kaggle's image (sandbox/kaggle-image.txt), 3 versions each and a competition's scoring rerun (NB=name, JOBS=2 side by side, DATA=data/<slug>: your copy of the real files)
 sandbox: $(STAMP) $(SANDBOX_STAMP)
-	$(PY) -m kagglekit.tools.cli sandbox $(NB) $(if $(CAP),--cap $(CAP)) $(if $(JOBS),--jobs $(JOBS))
+	$(PY) -m kagglekit.tools.cli sandbox $(NB) $(if $(CAP),--cap $(CAP)) $(if $(JOBS),--jobs $(JOBS)) $(if $(DATA),--data $(DATA))
 
 ## gpu-check: on a CUDA machine, the gpu tests, gpu_figures.py and the sandbox, dated rows into RESULTS.md
 gpu-check: $(STAMP)
@@ -116,6 +120,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/tune_workers.py
 	$(PY) benchmarks/graph_sampling.py
 	$(PY) benchmarks/gnn_cora.py
+	$(PY) benchmarks/patch_loader.py
 	$(PY) benchmarks/gpu_figures.py
 
 ## lint: byte-compile everything and check the notebooks are committed clean

@@ -31,6 +31,9 @@ class FakeKaggle:
         self.versions = 0
         self.quota = {"used_s": 11 * 3600 + 1800, "allowed_s": 30 * 3600}
         self.datasets: dict[str, dict] = {}  # owner/slug -> {"versions": [{file name: bytes}], ...}
+        self.downloads: dict[str, bytes] = {}  # a competition's or dataset's zip, by reference
+        self.rules_accepted: set = set()  # competitions whose rules the account accepted
+        self.served: dict[str, bytes] = {}  # what a download redirect points at
         self.blobs: dict[str, dict] = {}  # upload token -> {"name", "data"}
         self.processing_polls = 1  # status answers "blobs_received" this often before "ready"
         server = self
@@ -57,8 +60,9 @@ class FakeKaggle:
 
             def do_GET(self):
                 name = urlparse(self.path).path.removeprefix("/files/")
-                if name in server.files:
-                    self._send(200, server.files[name], "application/octet-stream")
+                found = server.files.get(name, server.served.get(name))
+                if found is not None:
+                    self._send(200, found, "application/octet-stream")
                 else:
                     self._send(404, b"not found", "text/plain")
 
@@ -75,6 +79,11 @@ class FakeKaggle:
                 if answer is None:
                     return self._send(404, json.dumps({"code": 404, "message": f"no {path}"}).encode())
                 code, reply = answer(body)
+                if code in (301, 302):  # a download: Kaggle redirects to the file's storage URL
+                    self.send_response(code)
+                    self.send_header("Location", reply["location"])
+                    self.send_header("Content-Length", "0")
+                    return self.end_headers()
                 self._send(code, json.dumps(reply).encode())
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -193,6 +202,29 @@ class FakeKaggle:
         if body.get("competitionName") not in kernel.get("competitionDataSources", []):
             return 400, {"code": 400, "message": "the kernel does not use this competition's data"}
         return 200, {"message": "Successfully submitted", "ref": 31337}
+
+    # ---- downloads: a redirect to the zip, as Kaggle answers -----------------------------
+    def _redirect(self, reference: str, name: str):
+        if reference not in self.downloads:
+            return 404, {"code": 404, "message": f"{reference} not found"}
+        self.served[name] = self.downloads[reference]
+        return 302, {"location": f"http://localhost/files/{name}"}
+
+    def on_DownloadDataFiles(self, body: dict):
+        competition = body["competitionName"]
+        if competition not in self.rules_accepted:  # Kaggle: rules not accepted -> 403
+            return 403, {"code": 403, "message": "Forbidden: you must accept this competition's rules"}
+        return self._redirect(competition, f"{competition}.zip")
+
+    def on_GetDatasetMetadata(self, body: dict):
+        ref = f"{body['ownerSlug']}/{body['datasetSlug']}"
+        if ref not in self.downloads and ref not in self.datasets:
+            return 200, {"errorMessage": f"dataset {ref} not found"}
+        return 200, {"info": {"datasetSlug": body["datasetSlug"], "ownerUser": body["ownerSlug"],
+                              "licenses": [{"name": "CC0-1.0"}]}}
+
+    def on_DownloadDataset(self, body: dict):
+        return self._redirect(f"{body['ownerSlug']}/{body['datasetSlug']}", f"{body['datasetSlug']}.zip")
 
     # ---- helpers for tests -------------------------------------------------------------
     def pushed(self) -> list[dict]:

@@ -223,12 +223,13 @@ def _zip_masks(path: Path) -> dict:
 
 @pytest.mark.slow
 def test_segmentation_3d_on_the_competition_layout_then_inference_only_on_new_test_volumes(tmp_path):
-    """Training on TIFFs in the Vesuvius layout (two shapes, label 2, unlabelled test volumes,
-    one compressed) with two DDP processes; then another test_images/ predicted by both
-    processes without a training step and without a byte of the checkpoints changing."""
-    import tifffile
+    """Training on the competition's files as they ship (LZW stacks, ids moved to deprecated_*,
+    two shapes, label 2, one public test volume: tools/standins.py) with two DDP processes;
+    then another test_images/ predicted by both processes without a training step and without
+    a byte of the checkpoints changing."""
     from kagglekit import volumes
-    comp = volumes.write_synthetic(tmp_path / "comp", [24, 24, 32, 24], [24, 32], seed=1)
+    from kagglekit.tools import standins
+    comp = standins.vesuvius(tmp_path / "comp", shrink=4)
     nb = REPO / "notebooks" / "segmentation_3d.ipynb"
     params = {"smoke": True, "processes": 2, "data_dir": str(comp)}
     out = run_notebook(nb, params, output_dir=tmp_path / "seg", progress=False)
@@ -236,10 +237,15 @@ def test_segmentation_3d_on_the_competition_layout_then_inference_only_on_new_te
     assert m["fit"]["world_size"] == 2 and m["fit"]["stopped"] == "completed"
     assert m["val_dice"] > m["val_dice_threshold_baseline"]  # the 3-D shape matters, not brightness
     assert _finite_numbers(m) and m["effective_batch"] == 2 * 2 * 2
+    assert sorted(m["data"]["skipped"]) == sorted(v for v, _, _ in standins.MOVED)  # named, once
+    printed = "".join(_text(o) for _, o in _outputs(out / "segmentation_3d.ipynb"))
+    assert printed.count("2 of 6 ids in train.csv skipped") == 1
+    decoded = sorted(p.name.rsplit("-", 1)[0] for p in (out / "cache" / "volumes").glob("*.npy"))
+    assert len(decoded) == len(set(decoded)) + 4  # 4 volumes decoded as image and label once each
     masks = _zip_masks(out / "submission.zip")
-    assert sorted(masks) == ["test000", "test001"]
+    assert sorted(masks) == ["1407735"]
     for vid, mask in masks.items():
-        source = tifffile.imread(comp / "test_images" / f"{vid}.tif")
+        source = volumes.TiffVolume(comp / "test_images" / f"{vid}.tif")  # LZW: read by Pillow
         assert mask.shape == source.shape and mask.dtype == np.uint8 and mask.max() <= 1
     assert (out / "slices.png").exists() and (out / "learning_curves.png").exists()
     assert_reads_as_a_report(out, "segmentation_3d")

@@ -1,4 +1,5 @@
-"""What `make push` sends, run in Kaggle's image, three versions per notebook (`make sandbox`).
+"""What `make push` sends, run in Kaggle's image, three versions per notebook and the scoring
+rerun of the competition kernel (`make sandbox`).
 
 Each notebook's three versions are one test marked ``sandbox`` (``pytest -m sandbox`` runs
 them alone); `make test` runs them first, beside the rest of the suite on a second xdist
@@ -8,7 +9,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,13 +22,15 @@ pytestmark = [pytest.mark.slow]
 @pytest.fixture(scope="session")
 def kernel_env():
     """The sandbox venv (`make test` builds it first; reused while the image list is unchanged)."""
-    from kagglekit.tools.sandbox import kernel_python
+    from kagglekit.tools.kernelenv import kernel_python
     with _in_repo():
         python = kernel_python()
     have = subprocess.run([str(python), "-I", "-c", "import importlib.util as u, torch, numpy; "
-                           "print(u.find_spec('torch_geometric') is None, u.find_spec('kagglekit') is None,"
-                           " numpy.__version__)"], capture_output=True, text=True, check=True)
-    assert have.stdout.split() == ["True", "True", "2.0.2"]  # Kaggle's numpy; no PyG, no kit
+                           "print(*(u.find_spec(m) is None for m in ('torch_geometric', 'kagglekit',"
+                           " 'imagecodecs')), numpy.__version__)"], capture_output=True, text=True,
+                          check=True)
+    # Kaggle's NumPy 2.4; no PyG, no kit, no imagecodecs (the image lacks all three)
+    assert have.stdout.split() == ["True", "True", "True", "2.4.4"]
     return python
 
 
@@ -55,14 +57,40 @@ def _in_repo():
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_or_skip(
         bench, notebook):
-    """What `make sandbox NB=<notebook>` runs: the build push sends, three versions."""
+    """What `make sandbox NB=<notebook>` runs: the build push sends, three versions, and for the
+    competition kernel Kaggle's scoring rerun on the hidden test set."""
     from kagglekit.tools import sandbox
     with _in_repo():
         outcomes = sandbox.run_notebook(notebook, bench)
-    assert [(o.version, o.ok) for o in outcomes] == [(1, True), (2, True), (3, True)], \
+    versions = [1, 2, 3] + (["rerun"] if notebook == "segmentation_3d" else [])
+    assert [(o.version, o.ok) for o in outcomes] == [(v, True) for v in versions], \
         [o.verdict for o in outcomes]
     for version in (2, 3):
         _check_a_later_version(notebook, bench.work / notebook / f"v{version}" / "working")
+    if notebook == "segmentation_3d":
+        _check_the_scoring_rerun(bench.work / notebook)
+
+
+def _check_the_scoring_rerun(runs: Path) -> None:
+    """How the test knows the rerun trained nothing and read no label: no fit in its chain and
+    its checkpoints' bytes as v3 left them; no validation mask; its decode cache (/kaggle/temp)
+    holds exactly the hidden test volumes, so no label or training image was ever decoded;
+    and its submission.zip holds every hidden id (the stand-in's, not the public one)."""
+    from kagglekit.tools import standins
+    from kagglekit.tasks.segment3d import check_submission
+    working, temp = runs / "rerun" / "working", runs / "rerun" / "temp"
+    metrics = json.loads((working / "metrics.json").read_text())
+    hidden = sorted(vid for vid, _, _ in standins.HIDDEN_TEST)
+    assert "fit" not in metrics.get("chain", {}) and "fit" not in metrics
+    assert metrics["predicted"] == {"test": len(hidden), "val": 0}
+    assert not (working / "predictions" / "val").exists()
+    assert sorted(p.name.rsplit("-", 1)[0] for p in temp.rglob("*.npy")) == hidden
+    assert sorted(metrics["submission"]["test_ids"]) == hidden
+    assert check_submission(working / "submission.zip", dict.fromkeys(hidden)) == len(hidden)
+    assert metrics["competition_rerun"]["hours"] < 9  # the competition's cap, not 12 hours
+    public = json.loads((runs / "v3" / "working" / "metrics.json").read_text())
+    assert public["data"]["skipped"] == {vid: "in deprecated_train_images/ (old binary labels)"
+                                         for vid, _, _ in standins.MOVED}
 
 
 def _check_a_later_version(notebook: str, working: Path) -> None:
@@ -84,9 +112,10 @@ def test_a_missing_wheel_fails_in_the_first_cell_naming_the_package_and_the_fix(
         empty = tmp_path / "no-wheels"
         empty.mkdir()
         jupyter = sandbox._kernelspec(tmp_path / "jupyter", kernel_env)
+        bench = sandbox.Bench(tmp_path, jupyter, kit_wheel=Path("unused"), dataset=empty)
         outcome = sandbox.run_version(built / "kagglekit-gnn-node-classification.ipynb",
-                                      "kagglekit-gnn-node-classification", 1, tmp_path / "v1",
-                                      None, empty, jupyter, sandbox.CAP)
+                                      "kagglekit-gnn-node-classification",
+                                      sandbox.Version(1, tmp_path / "v1", None, {}), bench, sandbox.CAP)
     assert not outcome.ok
     assert outcome.verdict.startswith("FAILED: ModuleNotFoundError: torch-geometric (a wheel "
                                       "torch_geometric-2.8.1-*.whl): not in Kaggle's image")

@@ -130,14 +130,80 @@ def test_the_submission_check_names_every_missing_wrong_or_extra_mask(tmp_path):
 
 def test_the_layout_reader_names_what_is_missing(tmp_path):
     image, label = sheet_volume((16, 16, 16))
-    volumes.write_layout(tmp_path / "comp", {"t1": (image, label)}, {"x1": image})
+    volumes.write_layout(tmp_path / "comp", {"t1": (image, label), "t2": (image, label)},
+                         {"x1": image})
     layout = volumes.read_layout(tmp_path)  # found below the given folder, as under /kaggle/input
-    assert (layout.train_ids, layout.test_ids) == (["t1"], ["x1"])
+    assert (layout.train_ids, layout.test_ids) == (["t1", "t2"], ["x1"])
     (tmp_path / "comp" / "train_labels" / "t1.tif").unlink()
-    with pytest.raises(FileNotFoundError, match="train.csv lists t1 but .*train_labels/t1.tif is missing"):
+    layout = volumes.read_layout(tmp_path)  # an id without its files: skipped and named
+    assert layout.train_ids == ["t2"] and layout.skipped == {"t1": "no image or label file"}
+    (tmp_path / "comp" / "test_images" / "x1.tif").unlink()
+    with pytest.raises(FileNotFoundError, match=r"test ids without a volume .*\['x1'\]"):
         volumes.read_layout(tmp_path)
     with pytest.raises(FileNotFoundError, match="holds no train.csv"):
         volumes.read_layout(tmp_path / "comp" / "test_images")
+
+
+@pytest.fixture
+def no_imagecodecs(monkeypatch):
+    """Kaggle's image: ``import imagecodecs`` fails (tifffile then cannot decode LZW)."""
+    import sys
+    monkeypatch.setitem(sys.modules, "imagecodecs", None)
+
+
+def test_the_real_layout_lzw_and_moved_ids_read_in_kaggles_image(tmp_path, no_imagecodecs):
+    """The competition's files as they ship (tools/standins.py: LZW stacks, ids moved to
+    deprecated_*, id,scroll_id, two shapes, one public test volume), read without imagecodecs."""
+    from kagglekit.tools import standins
+    folder = standins.vesuvius(tmp_path / "comp", shrink=4)
+    with pytest.raises(ValueError, match="imagecodecs"):  # what tifffile alone does with them
+        tifffile.imread(folder / "train_images" / f"{standins.TRAIN[0][0]}.tif")
+    layout = volumes.read_layout(tmp_path)
+    assert layout.train_ids == [vid for vid, _, _ in standins.TRAIN]
+    assert layout.skipped == {vid: "in deprecated_train_images/ (old binary labels)"
+                              for vid, _, _ in standins.MOVED}
+    assert "2 of 6 ids in train.csv skipped: 2 moved to deprecated_train_images/" in layout.describe_skipped()
+    assert layout.scroll[standins.TRAIN[2][0]] == "34117" and layout.test_ids == ["1407735"]
+    vid = standins.TRAIN[1][0]  # the larger shape
+    image = layout.image(vid)
+    assert image.shape == (28, 28, 28) and image.compression == "LZW" and image.decoder == "pillow"
+    expected, truth = volumes.synthetic_chunk(28, 1)
+    assert np.array_equal(image.read(), expected) and np.array_equal(layout.label(vid).read(), truth)
+    assert np.array_equal(image.crop((3, 4, 5), (6, 7, 8)), expected[3:9, 4:11, 5:13])
+    with_old = volumes.read_layout(tmp_path, deprecated=True)
+    moved = standins.MOVED[0][0]
+    assert moved in with_old.train_ids and not with_old.skipped
+    assert set(np.unique(with_old.label(moved).read())) <= {0, 1}  # binary, no unlabelled class
+    assert with_old.files([moved])[0].parent.name == "deprecated_train_images"
+
+
+def test_a_compressed_volume_is_decoded_once_then_cropped_from_the_cache(tmp_path, no_imagecodecs,
+                                                                         monkeypatch):
+    image, _ = sheet_volume((20, 24, 28))
+    path = volumes.write_volume(tmp_path / "v.tif", image, compress="lzw")
+    cache = volumes.VolumeCache(tmp_path / "cache")
+    volume = volumes.TiffVolume(path, cache)
+    assert np.array_equal(volume.crop((2, 3, 4), 5), image[2:7, 3:8, 4:9])
+    assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".npy"]  # one decode, no lock left
+
+    def never(*args):
+        raise AssertionError("decoded again")
+    from kagglekit.readers import tiff
+    monkeypatch.setattr(tiff, "decode_pages", never)
+    again = volumes.TiffVolume(path, volumes.VolumeCache(tmp_path / "cache"))  # a new process's view
+    assert np.array_equal(again.crop((10, 0, 0), (10, 24, 28)), image[10:])
+
+
+def test_a_full_disk_reads_crops_directly_and_says_so_once(tmp_path, no_imagecodecs, monkeypatch):
+    image, _ = sheet_volume((12, 16, 16))
+    from kagglekit.readers import tiff
+    monkeypatch.setattr(tiff, "_free_bytes", lambda folder: 0)
+    cache = volumes.VolumeCache(tmp_path / "cache")
+    paths = [volumes.write_volume(tmp_path / f"{i}.tif", image, compress="lzw") for i in range(2)]
+    with pytest.warns(UserWarning, match="no room for more decoded volumes") as warned:
+        crops = [volumes.TiffVolume(p, cache).crop((1, 2, 3), 4) for p in paths]
+    assert len(warned) == 1 and all(np.array_equal(c, image[1:5, 2:6, 3:7]) for c in crops)
+    assert not list((tmp_path / "cache").glob("*.npy"))
 
 
 def test_the_kaggle_parameters_fit_a_t4_by_the_memory_estimate():

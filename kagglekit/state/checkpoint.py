@@ -252,6 +252,10 @@ class CheckpointManager:
             shutil.copyfile(found.path, tmp)
         atomic.write_json(dest.with_suffix(".json"), found.meta)  # sidecar last, as in save
 
+    def finished(self) -> Found | None:
+        """The newest checkpoint that ended its training (``final``), here or in the inputs."""
+        return next((f for f in self.candidates() if f.meta.get("final")), None)
+
     def best(self) -> Found | None:
         return self._best(self.candidates())
 

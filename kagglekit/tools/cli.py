@@ -185,6 +185,11 @@ def cmd_submit(args) -> int:
     return commands.submit(names[0], args.message, args.output)
 
 
+def cmd_data(args) -> int:
+    from .publish import commands
+    return commands.data_all(_names(args), args.force)
+
+
 def cmd_quota(args) -> int:
     from .publish import commands
     return commands.quota()
@@ -213,7 +218,7 @@ def cmd_compare(args) -> int:
 def cmd_sandbox(args) -> int:
     from .sandbox import sandbox
     return sandbox(_names(args), cap=args.cap, keep=Path(args.keep) if args.keep else None,
-                   jobs=args.jobs)
+                   jobs=args.jobs, data=Path(args.data) if args.data else None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     box.add_argument("--cap", type=int, default=1, help="KAGGLEKIT_WORK_CAP: steps per fit")
     box.add_argument("--keep", default="", help="keep the versions' folders here")
     box.add_argument("--jobs", type=int, default=2, help="notebooks run side by side (default 2)")
+    box.add_argument("--data", default="", help="a copy of the real data (make data) to mount "
+                     "where Kaggle mounts the kernel's competition or dataset (DATA=)")
     box.set_defaults(func=cmd_sandbox)
     for name, func, text in (("build", cmd_build, "render notebooks for Kaggle into build/kaggle/"),
                              ("push", cmd_push, "build, validate and push as Kaggle kernels"),
@@ -246,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                              ("output", cmd_output, "download a finished Kaggle run's outputs"),
                              ("pull", cmd_pull, "bring a notebook edited on Kaggle back into notebooks/"),
                              ("quota", cmd_quota, "GPU hours used and left this week"),
+                             ("data", cmd_data, "download the data a kernel attaches into data/<slug>/"),
                              ("submit", cmd_submit, "submit a finished competition kernel's submission.zip"),
                              ("compare", cmd_compare, "a local run against the Kaggle run of the same configuration")):
         p = sub.add_parser(name, help=text)
@@ -261,9 +269,10 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--output", default="runs/kaggle")
         if name == "submit":
             p.add_argument("-m", "--message", default="kagglekit submission", help="submission description")
-        if name in ("output", "pull"):
+        if name in ("output", "pull", "data"):
             p.add_argument("--force", action="store_true",
-                           help="output: download while RUNNING; pull: overwrite local edits")
+                           help="output: download while RUNNING; pull: overwrite local edits; "
+                                "data: download again")
         if name == "compare":
             p.add_argument("--runs", default="runs")
     args = parser.parse_args(argv)

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..state import atomic
 from ..run import params as params_mod
 from . import runfolders
+from .publish.data import data_root
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -113,9 +114,13 @@ def _execute(notebook: Path, params: dict, out: Path, timeout_s, progress: bool)
 
     _venv_kernel_env()
     running, final = out / f".{notebook.stem}.running.ipynb", out / notebook.name
-    # The kernel inherits these: where outputs go, and that nobody watches (progress as lines).
+    # The kernel inherits these: where outputs go, that nobody watches (progress as lines), and
+    # data/ among the inputs, as /kaggle/input is on Kaggle (`make data` fills it: a data_dir
+    # naming a competition's or dataset's slug finds data/<slug>).
+    inputs = [p for p in os.environ.get("KAGGLEKIT_INPUT", "").split(os.pathsep) if p]
     overrides = {"KAGGLEKIT_OUTPUT": str(out.resolve()),
-                 "KAGGLEKIT_BATCH": os.environ.get("KAGGLEKIT_BATCH", "1")}
+                 "KAGGLEKIT_BATCH": os.environ.get("KAGGLEKIT_BATCH", "1"),
+                 "KAGGLEKIT_INPUT": os.pathsep.join([*inputs, str(data_root().resolve())])}
     previous = {k: os.environ.get(k) for k in overrides}
     os.environ.update(overrides)
     try:

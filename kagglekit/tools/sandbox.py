@@ -22,8 +22,6 @@ step 0 again.
 """
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -35,8 +33,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-IMAGE = Path("sandbox/kaggle-image.txt")
-VENV = Path(".sandbox/venv")
 OWNER = "sandbox"
 VERSIONS = 3
 CAP = 1  # KAGGLEKIT_WORK_CAP in the sandbox: one step per fit, one batch per loop
@@ -47,92 +43,10 @@ _BUILDING = threading.Lock()
 @dataclass
 class Outcome:
     notebook: str
-    version: int
+    version: int | str  # 1, 2, 3, or "rerun"
     ok: bool
     seconds: float
     verdict: str
-
-
-def install_packages(image: Path = IMAGE, venv: Path = VENV) -> Path:
-    """The kernel environment without torch: Kaggle's packages (re)installed when the image
-    list changed. Needs no torch, so `make test` runs it beside the project's own install."""
-    python, stamp = venv / "bin" / "python", venv / ".packages-sha256"
-    wanted = hashlib.sha256(image.read_bytes()).hexdigest()
-    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
-        return python
-    print(f"sandbox: building the kernel environment {venv} from {image} (once)", flush=True)
-    shutil.rmtree(venv, ignore_errors=True)
-    base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", str(venv)], check=True)
-    _, packages = _split_torch(image)
-    # --no-compile: the kernels write bytecode at first import (halves the install time)
-    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-compile",
-                           "--disable-pip-version-check", *packages], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"pip could not install {image} into {venv}:\n{done.stderr[-3000:]}")
-    stamp.write_text(wanted)
-    return python
-
-
-def kernel_python(image: Path = IMAGE, venv: Path = VENV) -> Path:
-    """The sandbox venv's interpreter, torch included; (re)built when the image list changed."""
-    python, stamp = venv / "bin" / "python", venv / ".image-sha256"
-    wanted = hashlib.sha256(image.read_bytes()).hexdigest()
-    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
-        return python
-    with _building_lock(venv):  # two test workers, or two `make sandbox`, build it once
-        if not (stamp.exists() and stamp.read_text() == wanted):
-            _finish(image, venv, python, stamp, wanted)
-    return python
-
-
-@contextlib.contextmanager
-def _building_lock(venv: Path):
-    import fcntl
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
-def _finish(image: Path, venv: Path, python: Path, stamp: Path, wanted: str) -> None:
-    """Kaggle's packages, then the project's torch linked in (or installed), then checked."""
-    install_packages(image, venv)
-    wanted_torch, _ = _split_torch(image)
-    if not _link_torch(python, wanted_torch):
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-compile",
-                        "--disable-pip-version-check", f"torch=={wanted_torch}"], check=True)
-    lacking = subprocess.run([str(python), "-I", "-c", "import importlib.util as u; "
-                              "print([m for m in ('torch_geometric', 'kagglekit') if u.find_spec(m)])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    if lacking != "[]":
-        raise RuntimeError(f"the sandbox kernel environment must not have {lacking}")
-    stamp.write_text(wanted)
-
-
-def _split_torch(image: Path) -> tuple[str, list[str]]:
-    """(torch's pinned version, every other requirement line) of the image list."""
-    lines = [line.split("#")[0].strip() for line in image.read_text().splitlines()]
-    lines = [line for line in lines if line]
-    torch_pin = next(line for line in lines if line.startswith("torch=="))
-    return torch_pin.split("==")[1], [line for line in lines if line != torch_pin]
-
-
-def _link_torch(python: Path, version: str) -> bool:
-    """Link the project's CPU torch into the kernel environment when it is exactly the pinned
-    build (700 MB not unpacked twice); only torch's own folders, nothing else of that venv."""
-    import torch
-    if torch.__version__.split("+")[0] != version:
-        return False
-    source = Path(torch.__file__).parents[1]
-    target = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                 capture_output=True, text=True, check=True).stdout.strip())
-    names = ["torch", "torchgen", "functorch", *[p.name for p in source.glob("torch-*.dist-info")]]
-    for name in names:
-        if (source / name).exists():
-            (target / name).unlink(missing_ok=True)  # a link left by an interrupted build
-            (target / name).symlink_to(source / name)
-    return True
 
 
 def _kernelspec(folder: Path, python: Path) -> Path:
@@ -163,8 +77,13 @@ def _kernel_env(root: Path, jupyter: Path, tmp: Path, cap: int, threads: int | N
     return env
 
 
-def _mount(source: Path, target: Path) -> None:
-    """Copy ``source`` to ``target`` read-only, as Kaggle mounts an input."""
+def _mount(source: Path, target: Path, link: bool = False) -> None:
+    """Copy ``source`` to ``target`` read-only, as Kaggle mounts an input; ``link``: a symlink
+    instead (a competitor's own copy of the real data: tens of GB are not copied)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if link:
+        target.symlink_to(Path(source).resolve(), target_is_directory=True)
+        return
     shutil.copytree(source, target, symlinks=True)
     for path in [target, *target.rglob("*")]:
         if not path.is_symlink():
@@ -172,9 +91,14 @@ def _mount(source: Path, target: Path) -> None:
 
 
 def _fingerprint(folder: Path) -> dict:
-    """What an input holds (a root user ignores the read-only bits: compare instead)."""
-    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    """What an input holds (a root user ignores the read-only bits: compare instead); linked
+    folders are followed."""
+    found = {}
+    for base, _, files in os.walk(folder, followlinks=True):
+        for name in files:
+            path = Path(base) / name
+            found[str(path.relative_to(folder))] = (path.stat().st_size, path.stat().st_mtime_ns)
+    return found
 
 
 def _unmount(folder: Path) -> None:
@@ -184,38 +108,50 @@ def _unmount(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def run_version(built: Path, slug: str, version: int, root: Path, previous: Path | None,
-                wheels_dataset: Path, jupyter: Path, cap: int,
-                competitions: dict | None = None, threads: int | None = None) -> Outcome:
+@dataclass
+class Version:
+    """One kernel version to run: where, what it mounts, and whether Kaggle scores it."""
+    number: int | str  # 1, 2, 3, or "rerun"
+    root: Path
+    previous: Path | None  # the output of the version before (the resume chain)
+    sources: dict  # mount path under input/ -> (folder, link?)
+    rerun: bool = False  # KAGGLE_IS_COMPETITION_RERUN: the competition's scoring rerun
+
+
+def run_version(built: Path, slug: str, version: Version, bench: "Bench", cap: int) -> Outcome:
     """One kernel version: mount the inputs, execute, check the inputs and the chain."""
-    name = built.stem
+    name, root = built.stem, version.root
     inputs = root / "input"
-    _mount(wheels_dataset, inputs / "datasets" / OWNER / "kagglekit-wheels")
-    for competition, stand_in in (competitions or {}).items():
-        _mount(stand_in, inputs / "competitions" / competition)
-    if previous is not None:
-        _mount(previous, inputs / "notebooks" / OWNER / slug)
+    _mount(bench.dataset, inputs / "datasets" / OWNER / "kagglekit-wheels")
+    for target, (folder, link) in version.sources.items():
+        _mount(folder, inputs / target, link)
+    if version.previous is not None:
+        _mount(version.previous, inputs / "notebooks" / OWNER / slug)
     working = root / "working"
     working.mkdir(parents=True)
     before = _fingerprint(inputs)
-    tmp = Path(tempfile.mkdtemp(prefix="kksb-"))  # short: AF_UNIX socket paths stop at 108 bytes
+    env = _kernel_env(root, bench.jupyter, Path(tempfile.mkdtemp(prefix="kksb-")), cap, bench.threads)
+    if version.rerun:
+        env["KAGGLE_IS_COMPETITION_RERUN"] = "True"
     started = time.monotonic()
-    try:
+    try:  # TMPDIR short: AF_UNIX socket paths stop at 108 bytes
         done = subprocess.run(
             [sys.executable, "-m", "papermill", str(built), str(working / built.name),
              "-k", "kaggle-image", "--cwd", str(working), "--no-progress-bar"],
-            env=_kernel_env(root, jupyter, tmp, cap, threads), capture_output=True,
-            text=True)
+            env=env, capture_output=True, text=True)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(env["TMPDIR"], ignore_errors=True)
     seconds = time.monotonic() - started
     if done.returncode != 0:
-        return Outcome(name, version, False, seconds, _first_error(working / built.name, done))
+        return Outcome(name, version.number, False, seconds, _first_error(working / built.name, done))
     if _fingerprint(inputs) != before:
-        return Outcome(name, version, False, seconds, "FAILED: the run wrote into /kaggle/input")
+        return Outcome(name, version.number, False, seconds, "FAILED: the run wrote into /kaggle/input")
     metrics = json.loads((working / "metrics.json").read_text())
-    ok, text = verdict(version, metrics.get("chain", {}))
-    return Outcome(name, version, ok, seconds, text)
+    if version.rerun:
+        ok, text = rerun_verdict(metrics, root)
+    else:
+        ok, text = verdict(version.number, metrics.get("chain", {}))
+    return Outcome(name, version.number, ok, seconds, text)
 
 
 def _first_error(executed: Path, done: subprocess.CompletedProcess) -> str:
@@ -241,21 +177,61 @@ def verdict(version: int, chain: dict) -> tuple[bool, str]:
     return True, f"ok ({text or 'no fits'})"
 
 
-def _versions(name: str, meta: dict, notebook: Path, bench: "Bench", cap: int) -> list[Outcome]:
-    """Versions 1 to 3 of one notebook, each mounting the previous one's output."""
+def rerun_verdict(metrics: dict, root: Path) -> tuple[bool, str]:
+    """Kaggle's scoring rerun trains nothing, predicts no validation volume and decodes no
+    label: it reads the hidden test set only, and its submission holds every hidden id."""
+    chain = metrics.get("chain", {})
+    trained = [label for label, did in chain.items() if did in ("trained", "resumed", "computed")]
+    if trained:
+        return False, f"FAILED: the scoring rerun trained: {', '.join(trained)}"
+    if metrics.get("predicted", {}).get("val") or (root / "working" / "predictions" / "val").exists():
+        return False, "FAILED: the scoring rerun predicted validation volumes"
+    test_ids = set(metrics.get("submission", {}).get("test_ids") or [])
+    decoded = {p.name.rsplit("-", 1)[0] for p in (root / "temp").rglob("*.npy")}
+    if decoded - test_ids:
+        return False, f"FAILED: the scoring rerun read other volumes: {sorted(decoded - test_ids)[:4]}"
+    if not (root / "working" / "submission.zip").exists() and not (root / "working" / "submission.csv").exists():
+        return False, "FAILED: the scoring rerun wrote no submission"
+    return True, (f"ok (scoring rerun: {len(test_ids)} hidden test ids predicted, nothing trained, "
+                  f"{len(decoded)} volumes decoded, all of them test volumes)")
+
+
+def _sources(meta: dict, bench: "Bench", hidden: bool = False) -> dict:
+    """The kernel's competition and dataset sources, mounted as Kaggle mounts them: the
+    competitor's own copy (``DATA=``) for the first, else the stand-in of its layout."""
     from .standins import make
+    sources = {}
+    for competition in meta.get("competition_sources", []):
+        target = f"competitions/{competition}"
+        if bench.data is not None:
+            sources[target] = (bench.data, True)
+        else:
+            variant = "hidden" if hidden else "public"
+            sources[target] = (make(competition, bench.work / "competitions" / variant / competition,
+                                    hidden), False)
+    datasets = [d for d in meta.get("dataset_sources", []) if not d.endswith("/kagglekit-wheels")]
+    if bench.data is not None and datasets and not meta.get("competition_sources"):
+        sources[f"datasets/{datasets[0]}"] = (bench.data, True)
+    return sources
+
+
+def _versions(name: str, meta: dict, notebook: Path, bench: "Bench", cap: int) -> list[Outcome]:
+    """Versions 1 to 3 of one notebook, each mounting the previous one's output; then, for a
+    competition kernel, Kaggle's scoring rerun of version 3 on the hidden test set."""
+    plan = [Version(n, bench.work / name / f"v{n}", None, _sources(meta, bench))
+            for n in range(1, VERSIONS + 1)]
+    if meta.get("competition_sources"):
+        plan.append(Version("rerun", bench.work / name / "rerun", None, _sources(meta, bench, True), True))
     outcomes, previous = [], None
-    competitions = {c: make(c, bench.work / "competitions" / c)
-                    for c in meta.get("competition_sources", [])}
-    for version in range(1, VERSIONS + 1):
-        root = bench.work / name / f"v{version}"
-        outcome = run_version(notebook, meta["slug"], version, root, previous, bench.dataset,
-                              bench.jupyter, cap, competitions, bench.threads)
-        print(f"sandbox {name} v{version}: {outcome.verdict} [{outcome.seconds:.1f} s]", flush=True)
+    for i, version in enumerate(plan):
+        version.previous = previous if not version.rerun else plan[i - 1].previous
+        outcome = run_version(notebook, meta["slug"], version, bench, cap)
+        label = f"v{version.number}" if isinstance(version.number, int) else version.number
+        print(f"sandbox {name} {label}: {outcome.verdict} [{outcome.seconds:.1f} s]", flush=True)
         outcomes.append(outcome)
         if not outcome.ok:
             break
-        previous = root / "working"
+        previous = version.root / "working"
     return outcomes
 
 
@@ -268,10 +244,15 @@ class Bench:
     kit_wheel: Path
     dataset: Path
     threads: int | None = None  # per kernel, when several run side by side
+    data: Path | None = None  # DATA=: a copy of the real data, mounted where Kaggle mounts it
 
 
-def prepare(work: Path, names: list[str], jobs: int = 1) -> Bench:
-    """The kernel environment, the kit's wheel and the wheels dataset for ``names``."""
+def prepare(work: Path, names: list[str], jobs: int = 1, data: Path | None = None) -> Bench:
+    """The kernel environment, the kit's wheel and the wheels dataset for ``names``; ``data``:
+    a folder of real data to mount instead of the stand-ins."""
+    if data is not None and not Path(data).is_dir():
+        raise FileNotFoundError(f"DATA={data} is not a folder (make data NB=<name> downloads one)")
+    from .kernelenv import kernel_python
     from .publish import build as build_mod, metadata, wheels
     python = kernel_python()
     jupyter = _kernelspec(work / "jupyter", python)
@@ -280,7 +261,7 @@ def prepare(work: Path, names: list[str], jobs: int = 1) -> Bench:
                      for w in metadata.load(Path("kernel-metadata") / f"{n}.json").get("wheels", [])})
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
     return Bench(work, jupyter, kit_wheel, wheels.build_dataset(work / "wheels", OWNER, kit_wheel, extras),
-                 threads)
+                 threads, Path(data) if data is not None else None)
 
 
 def run_notebook(name: str, bench: Bench, cap: int = CAP) -> list[Outcome]:
@@ -293,14 +274,15 @@ def run_notebook(name: str, bench: Bench, cap: int = CAP) -> list[Outcome]:
     return _versions(name, meta, built / f"{meta['slug']}.ipynb", bench, cap)
 
 
-def sandbox(names: list[str], cap: int = CAP, keep: Path | None = None, jobs: int = 1) -> int:
-    """Every notebook in ``names``, three versions each (``jobs`` notebooks at a time);
-    0 when all are ok."""
+def sandbox(names: list[str], cap: int = CAP, keep: Path | None = None, jobs: int = 1,
+            data: Path | None = None) -> int:
+    """Every notebook in ``names``, three versions each and the scoring rerun of a competition
+    kernel (``jobs`` notebooks at a time); 0 when all are ok. ``data``: DATA=, mounted."""
     from concurrent.futures import ThreadPoolExecutor
     work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="kagglekit-sandbox-"))
     outcomes = []
     try:
-        bench = prepare(work, names, jobs)
+        bench = prepare(work, names, jobs, data)
         with ThreadPoolExecutor(max(1, jobs)) as pool:  # each notebook's versions stay in order
             runs = [pool.submit(run_notebook, n, bench, cap) for n in names]
             outcomes = [o for r in runs for o in r.result()]

@@ -162,6 +162,21 @@ def submission_problem(folder: Path) -> str:
     return ""
 
 
+def data_all(names: list[str], force: bool = False) -> int:
+    """``make data``: every competition and dataset the kernels attach, into ``data/<slug>/``."""
+    from . import data
+    credentials.username()  # before any download: the CLI needs an account
+    wanted = {ref: kind for name in names for kind, ref in data.sources(kernel_of(name)[1])}
+    if not wanted:
+        print(f"{', '.join(names)}: no competition or dataset sources to download "
+              "(the notebook uses its built-in data)")
+        return 0
+    for ref, kind in wanted.items():
+        folder = data.download(kind, ref, force=force)
+        print(f"  a local run reads it with data_dir=\"{ref}\" (or \"{folder}\")")
+    return 0
+
+
 def quota() -> int:
     print(kaggle_cli.quota())
     return 0

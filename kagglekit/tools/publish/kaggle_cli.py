@@ -167,3 +167,25 @@ def submit_code(competition: str, kernel: str, version: int, file_name: str, mes
         raise KaggleError(f"`kaggle competitions submit` refused: {out.strip()[-500:]}")
     return out.strip()
 
+
+
+# ---- data ------------------------------------------------------------------------------------
+def download_competition(competition: str, dest: Path) -> None:
+    """The competition's files as one zip in ``dest`` (``kaggle competitions download``)."""
+    try:
+        run_cli("competitions", "download", competition, "-p", str(dest), "--force", timeout=6 * 3600)
+    except KaggleError as err:
+        if "403" in str(err) or "Forbidden" in str(err):
+            raise KaggleError(f"Kaggle refused the files of {competition} (403): accept the "
+                              f"competition's rules first, on https://www.kaggle.com/competitions/"
+                              f"{competition}/rules (its 'Join competition' button)") from None
+        raise
+    if not list(Path(dest).glob("*.zip")):
+        raise KaggleError(f"`kaggle competitions download {competition}` left no zip in {dest}")
+
+
+def download_dataset(dataset: str, dest: Path) -> None:
+    """The dataset's files as a zip in ``dest`` (``kaggle datasets download``)."""
+    run_cli("datasets", "download", dataset, "-p", str(dest), "--force", timeout=6 * 3600)
+    if not list(Path(dest).glob("*.zip")):
+        raise KaggleError(f"`kaggle datasets download {dataset}` left no zip in {dest}")

@@ -1,0 +1,112 @@
+"""Can the segmentation notebook's patch loader feed two T4s on LZW volumes of the real size?
+
+Writes LZW-compressed 320^3 volumes in the Vesuvius layout (as the competition ships them),
+then measures patches/s from the notebook's own loader (``segment3d.Patches`` through
+``kk.make_loader`` with 4 worker processes, patch 96, batch 4: the Kaggle parameters) in the
+same run, twice:
+
+- before: every crop decodes the LZW pages it touches (Pillow, as in Kaggle's image);
+- after: ``VolumeCache`` decodes each volume once into an uncompressed .npy, crops read bytes.
+
+What two T4s consume: the notebook's U-Net (its own cell, Kaggle's width 16 and depth 3) costs
+F FLOPs per patch for a forward and backward (``torch.utils.flop_counter``); a T4 sustains
+about 24 TFLOPS in fp16 (NVIDIA developer forum, "About GPU peak performance", 2023: cuBLAS
+HGEMM 4096^3 on a T4 measures ~24 of the 65 TFLOPS peak, held down by the 70 W power cap;
+https://forums.developer.nvidia.com/t/about-gpu-peak-performance/264462). 3-D convolutions
+reach less than a large GEMM, so 2 x 24e12 / F patches/s is an upper bound on the demand:
+a ratio >= 1 against it means the GPUs, not the loader, set the pace.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import kagglekit as kk
+
+REPO = Path(__file__).resolve().parents[1]
+T4_FP16_FLOPS = 24e12  # sustained, per card (see the docstring)
+
+
+def notebook_unet():
+    """The notebook's UNet3D, from its own cell."""
+    ns = {"torch": torch, "nn": nn, "F": F}
+    for cell in json.loads((REPO / "notebooks" / "segmentation_3d.ipynb").read_text())["cells"]:
+        source = "".join(cell["source"])
+        if "class UNet3D(" in source:
+            exec(compile(source, "segmentation_3d.ipynb", "exec"), ns)
+    return ns["UNet3D"]
+
+
+def flops_per_patch(unet, patch: int, width: int, depth: int) -> float:
+    from torch.utils.flop_counter import FlopCounterMode
+    model = unet(width, depth)
+    x = torch.randn(1, 1, patch, patch, patch)
+    with FlopCounterMode(display=False) as counter:
+        model(x).sum().backward()
+    return float(counter.get_total_flops())
+
+
+def write_volumes(folder: Path, count: int, edge: int) -> kk.volumes.VesuviusLayout:
+    train = {f"{1000000000 + i}": kk.volumes.synthetic_chunk(edge, i) for i in range(count)}
+    kk.volumes.write_layout(folder, train, {}, compress="lzw")
+    return kk.volumes.read_layout(folder)
+
+
+def patches_per_s(layout, cache, patch: int, batch: int, workers: int, patches: int) -> float:
+    ids = layout.train_ids
+    layout.cache = cache
+    data = kk.segment3d.Patches([layout.image(v) for v in ids], [layout.label(v) for v in ids],
+                                patch, patches, seed=0)
+    loader = kk.make_loader(data, batch, seed=0, num_workers=workers)
+    rates = []
+    for epoch in range(3):  # the first epoch warms the workers (and, cached, decodes)
+        kk.data.start_epoch(loader, epoch)
+        started = time.perf_counter()
+        seen = sum(len(x) for x, _ in loader)
+        rates.append(seen / (time.perf_counter() - started))
+    return statistics.median(rates[1:])
+
+
+def main() -> None:
+    import warnings
+    # torch suggests no more workers than cores; 4 is the notebook's count on Kaggle's 4 vCPUs
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--volumes", type=int, default=4)
+    ap.add_argument("--edge", type=int, default=320)
+    ap.add_argument("--patches", type=int, default=96, help="patches per timed epoch")
+    ap.add_argument("--workers", type=int, default=4)
+    args = ap.parse_args()
+    params = json.loads((REPO / "kernel-metadata" / "segmentation_3d.json").read_text())["parameters"]
+    patch, batch = params["patch"], params["batch_size"]
+    flops = flops_per_patch(notebook_unet(), patch, params["width"], params["depth"])
+    demand = 2 * T4_FP16_FLOPS / flops
+    with tempfile.TemporaryDirectory(prefix="kk-patches-") as tmp:
+        layout = write_volumes(Path(tmp) / "comp", args.volumes, args.edge)
+        before = patches_per_s(layout, None, patch, batch, args.workers, args.patches)
+        cache = kk.volumes.VolumeCache(Path(tmp) / "cache")
+        started = time.perf_counter()
+        after = patches_per_s(layout, cache, patch, batch, args.workers, args.patches)
+        decode_s = time.perf_counter() - started
+    print(f"U-Net (width {params['width']}, depth {params['depth']}), patch {patch}^3: "
+          f"{flops / 1e9:.1f} GFLOP per patch, forward + backward")
+    print(f"two T4s at {T4_FP16_FLOPS / 1e12:.0f} TFLOPS fp16 each consume at most "
+          f"{demand:.1f} patches/s")
+    print(f"loader, {args.volumes} LZW volumes of {args.edge}^3, {args.workers} workers, "
+          f"batch {batch}:")
+    print(f"  before (every crop decodes its pages): {before:8.1f} patches/s   ratio {before / demand:.2f}")
+    print(f"  after  (decoded once, then cached)   : {after:8.1f} patches/s   ratio {after / demand:.2f}"
+          f"   (goal >= 1; the whole cached run incl. decoding took {decode_s:.0f} s)")
+    print(f"  speed-up of the cache: {after / before:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
