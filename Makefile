@@ -11,7 +11,7 @@ P ?=
 PYTEST_ARGS ?=
 TEST_JOBS ?= 2
 
-.PHONY: help setup run runs view test sandbox gpu-check soak bench lint clean build push status logs output pull quota compare submit data
+.PHONY: help setup run runs view test sandbox gpu-check soak bench lint clean build push status logs output pull quota compare submit score data
 
 # V=1: keep the warnings the kit silences because they carry nothing for the user.
 ifdef V
@@ -85,9 +85,13 @@ status: $(STAMP)
 output: $(STAMP)
 	$(PY) -m kagglekit.tools.cli output $(NB) $(if $(FORCE),--force)
 
-## submit: the latest finished version's submission.zip to its competition (NB=segmentation_3d, M="message")
+## submit: the latest finished version's checked submission to its competition (NB=segmentation_3d or timeseries_store_sales, M="message")
 submit: $(STAMP)
 	$(PY) -m kagglekit.tools.cli submit $(NB) $(if $(M),-m "$(M)")
+
+## score: a competition kernel's submissions with their status and public score (NB=name)
+score: $(STAMP)
+	$(PY) -m kagglekit.tools.cli score $(NB)
 
 ## pull: a notebook edited on Kaggle back into notebooks/ (refuses over uncommitted edits; FORCE=1)
 pull: $(STAMP)

@@ -34,6 +34,8 @@ class FakeKaggle:
         self.downloads: dict[str, bytes] = {}  # a competition's or dataset's zip, by reference
         self.rules_accepted: set = set()  # competitions whose rules the account accepted
         self.served: dict[str, bytes] = {}  # what a download redirect points at
+        self.submissions: list[dict] = []  # newest first, as the API lists them
+        self.uploaded: list[tuple] = []  # (competition, file name, bytes) of file submissions
         self.blobs: dict[str, dict] = {}  # upload token -> {"name", "data"}
         self.processing_polls = 1  # status answers "blobs_received" this often before "ready"
         server = self
@@ -201,7 +203,41 @@ class FakeKaggle:
             return 404, {"code": 404, "message": "kernel not found"}
         if body.get("competitionName") not in kernel.get("competitionDataSources", []):
             return 400, {"code": 400, "message": "the kernel does not use this competition's data"}
-        return 200, {"message": "Successfully submitted", "ref": 31337}
+        return 200, self._record(body, body.get("fileName", ""))
+
+    # ---- file competitions: an upload, then the submission; the list with scores ----------
+    def _record(self, body: dict, file_name: str) -> dict:
+        ref = 31337 + len(self.submissions)
+        self.submissions.insert(0, {"ref": ref, "fileName": file_name, "date": "2026-11-23T12:00:00Z",
+                                    "description": body.get("submissionDescription", ""),
+                                    "status": "PENDING", "competition": body["competitionName"]})
+        return {"message": "Successfully submitted", "ref": ref}
+
+    def on_StartSubmissionUpload(self, body: dict):
+        token = f"sub{len(self.blobs)}"
+        self.blobs[token] = {"name": body["fileName"], "data": b"", "length": int(body["contentLength"])}
+        return 200, {"token": token, "createUrl": f"http://localhost/upload/{token}"}
+
+    def on_CreateSubmission(self, body: dict):
+        blob = self.blobs.get(body.get("blobFileTokens", ""))
+        if blob is None or len(blob["data"]) != blob["length"]:
+            return 400, {"code": 400, "message": "the submission file did not arrive"}
+        self.uploaded.append((body["competitionName"], blob["name"], blob["data"]))
+        return 200, self._record(body, blob["name"])
+
+    def on_GetSubmissionLimits(self, body: dict):
+        return 200, {"numToday": len(self.submissions), "numAllowedNow": 5 - len(self.submissions)}
+
+    def on_ListSubmissions(self, body: dict):
+        mine = [{k: v for k, v in s.items() if k != "competition"} for s in self.submissions
+                if s["competition"] == body["competitionName"]]
+        return 200, {"submissions": mine}
+
+    def score(self, ref: int, public: str) -> None:
+        """Kaggle has scored submission ``ref``."""
+        for s in self.submissions:
+            if s["ref"] == ref:
+                s.update(status="COMPLETE", publicScore=public)
 
     # ---- downloads: a redirect to the zip, as Kaggle answers -----------------------------
     def _redirect(self, reference: str, name: str):

@@ -180,26 +180,11 @@ def test_an_out_of_memory_on_a_graph_batch_backs_off_by_seeds_and_finishes(data)
     assert result.oom_events == [{"step": 0, "per_gpu_batch": seeds // 2}]
 
 
-def write_elliptic(folder, steps=(1, 20, 30, 34, 35, 49), per_step=12, seed=0):
-    """Files in the layout of Kaggle's ellipticco/elliptic-data-set, rows shuffled."""
-    import numpy as np
-    import pandas as pd
-    rng = np.random.default_rng(seed)
-    n = len(steps) * per_step
-    tx = rng.permutation(np.arange(10_000, 10_000 + 7 * n, 7))[:n]
-    step = np.repeat(steps, per_step)
-    label = rng.choice(["1", "2", "unknown"], n, p=[0.2, 0.5, 0.3])
-    feats = rng.normal(size=(n, 165)) + (label == "1")[:, None] * 0.8
-    folder.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(np.column_stack([tx, step, feats])).astype({0: int, 1: int}).to_csv(
-        folder / "elliptic_txs_features.csv", header=False, index=False)
-    pairs = rng.integers(0, n, (3 * n, 2))
-    pd.DataFrame({"txId1": tx[pairs[:, 0]], "txId2": tx[pairs[:, 1]]}).to_csv(
-        folder / "elliptic_txs_edgelist.csv", index=False)
-    order = rng.permutation(n)  # the classes file is not in the features' order
-    pd.DataFrame({"txId": tx[order], "class": label[order]}).to_csv(
-        folder / "elliptic_txs_classes.csv", index=False)
-    return dict(zip(tx.tolist(), label.tolist())), dict(zip(tx.tolist(), step.tolist()))
+def write_elliptic(folder, per_step=12, seed=0):
+    """Files in the layout of Kaggle's ellipticco/elliptic-data-set (tools/standins.py: no
+    header, txIds, edges within a time step, classes in another order), in ``folder``."""
+    from kagglekit.tools import standins
+    return standins.elliptic(folder.parent, per_step=per_step, seed=seed)
 
 
 def test_elliptic_files_load_with_the_papers_temporal_split(tmp_path):
@@ -215,6 +200,10 @@ def test_elliptic_files_load_with_the_papers_temporal_split(tmp_path):
     unknown = data.y < 0
     assert not (unknown & (data.train_mask | data.val_mask | data.test_mask)).any()
     assert data.num_features == 165 and data.is_undirected()
+    assert torch.equal(data.node_id, torch.tensor(tx))  # txIds kept for the submission
+    period = graphsets.training_period(data)  # what a model may see before the test period
+    assert int(period.time_step.max()) == 34 and period.num_nodes == int((step <= 34).sum())
+    assert not period.test_mask.any() and int(period.train_mask.sum()) == int(data.train_mask.sum())
 
 
 def test_a_loader_that_yields_no_batch_is_refused_by_name():

@@ -292,6 +292,21 @@ def test_segmentation_3d_killed_mid_training_resumes_when_run_again(tmp_path):
     assert fit["steps"] - fit["steps_this_session"] >= killed_at
 
 
+def _check_the_forecast_past_the_end(out: Path, table: Path, horizon: int) -> None:
+    """submission.csv: horizon rows per series, the first dated one step (a day here) after
+    each series' own last date, every value finite."""
+    import pandas as pd
+    data = pd.read_parquet(table).assign(date=lambda f: pd.to_datetime(f["date"]))
+    sub = pd.read_csv(out / "submission.csv", parse_dates=["date"])
+    assert list(sub.columns) == ["store", "date", "sales"] and np.isfinite(sub["sales"]).all()
+    assert sub.groupby("store").size().to_dict() == {s: horizon for s in data["store"].unique()}
+    last = data.groupby("store")["date"].max()
+    first = sub.groupby("store")["date"].min()
+    assert (first - last == pd.Timedelta(days=1)).all()
+    assert (sub.groupby("store")["date"].max() - last == pd.Timedelta(days=horizon)).all()
+    assert _metrics(out)["submission"]["rows"] == len(sub) == 3 * horizon
+
+
 @pytest.mark.slow
 def test_timeseries_on_a_long_table_rerun_hits_every_model_and_one_change_retrains_one(tmp_path):
     """A Parquet table in the layout of a forecasting competition (three stores of different
@@ -316,9 +331,10 @@ def test_timeseries_on_a_long_table_rerun_hits_every_model_and_one_change_retrai
         trials = first[f"search_{model}"]["trials"]
         assert trials.get("COMPLETE", 0) + trials.get("PRUNED", 0) == 2
     assert list((out / "cache" / "lightgbm").rglob("value.txt"))
-    for png in ("forecast.png", "models.png", "learning_curves_lstm.png"):
+    for png in ("forecast.png", "models.png", "learning_curves_lstm.png", "future.png"):
         assert (out / png).exists()
     assert_reads_as_a_report(out, "timeseries_forecast")
+    _check_the_forecast_past_the_end(out, tmp_path / "data" / "train.parquet", first["config"]["horizon"])
     stamps = {p: p.stat().st_mtime_ns for p in [*(out / "checkpoints").rglob("step-*"),
                                                  *(out / "tune").glob("*.db")]}
     assert len([p for p in stamps if p.suffix == ".db"]) == 3

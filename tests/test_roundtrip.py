@@ -294,6 +294,47 @@ def test_submit_sends_a_finished_versions_valid_zip_and_refuses_anything_else(tm
         assert "submitted version 5" in ok.stdout
         assert submits() == [{"competitionName": comp[0], "kernelOwner": "tester",
                               "kernelSlug": "kagglekit-segmentation-3d", "kernelVersion": 5,
-                              "fileName": "submission.zip", "submissionDescription": "v5 flips=3"}]
+                              "fileName": "submission.zip",
+                              "submissionDescription": "kagglekit-segmentation-3d v5: v5 flips=3"}]
+        kaggle.score(kaggle.submissions[0]["ref"], "0.4821")
+        scored = _cli("score", "segmentation_3d", env=env)
+        assert scored.returncode == 0, scored.stderr
+        assert "COMPLETE" in scored.stdout and "0.4821" in scored.stdout and "v5 flips=3" in scored.stdout
         not_comp = _cli("submit", "quickstart", "--output", out, env=env)
         assert not_comp.returncode == 2 and "no competition_sources" in not_comp.stderr
+
+
+def test_a_file_competition_uploads_the_checked_csv_and_score_reads_it_back(tmp_path):
+    """Store Sales: the version's submission.csv is checked against the sample submission that
+    `make data` fetched (a wrong row count refused, naming it), then uploaded; `make score`
+    lists it with its public score."""
+    import pandas as pd
+    kernel = "tester/kagglekit-store-sales"
+    comp = "store-sales-time-series-forecasting"
+    data = tmp_path / "data" / comp
+    data.mkdir(parents=True)
+    ids = list(range(3000888, 3000888 + 4))
+    pd.DataFrame({"id": ids, "sales": 0.0}).to_csv(data / "sample_submission.csv", index=False)
+    metrics = json.dumps({"submission": {"file": "submission.csv", "columns": ["id", "sales"]},
+                          "chain": {"fit_lstm": "trained"}}).encode()  # a file competition may train
+    with FakeKaggle() as kaggle:
+        kaggle.kernels[kernel] = {"text": "{}", "newTitle": "t", "language": "python",
+                                  "kernelType": "notebook", "competitionDataSources": [comp]}
+        kaggle.versions = 3
+        env = {**_env(kaggle, tmp_path), "KAGGLEKIT_DATA": str(tmp_path / "data")}
+        out = str(tmp_path / "runs")
+        kaggle.files = {"metrics.json": metrics,
+                        "submission.csv": b"id,sales\n3000888,1.5\n3000889,2.0\n3000890,0.0\n"}
+        short = _cli("submit", "timeseries_store_sales", "--output", out, env=env)
+        assert short.returncode == 1 and "3 rows, the competition expects 4" in short.stderr
+        assert kaggle.uploaded == []
+        good = b"id,sales\n3000888,1.5\n3000889,2.0\n3000890,0.0\n3000891,4.25\n"
+        kaggle.files["submission.csv"] = good
+        ok = _cli("submit", "timeseries_store_sales", "--output", out, "-m", "ensemble", env=env)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        assert kaggle.uploaded == [(comp, "submission.csv", good)]  # the file, byte for byte
+        assert not [p for p, _ in kaggle.requests if p.endswith("/CreateCodeSubmission")]
+        assert kaggle.submissions[0]["description"] == "kagglekit-store-sales v3: ensemble"
+        kaggle.score(kaggle.submissions[0]["ref"], "0.4133")
+        scored = _cli("score", "timeseries_store_sales", env=env)
+    assert scored.returncode == 0 and "0.4133" in scored.stdout and "latest public score" in scored.stdout

@@ -100,3 +100,39 @@ def test_the_builtin_series_form_a_long_table_of_every_series_in_time_order():
     assert frame.groupby("series")["time"].apply(lambda t: t.is_monotonic_increasing).all()
     first, other = frame[frame.series == "s0"], frame[frame.series == "s1"]
     assert not np.allclose(first["target"].to_numpy(), other["target"].to_numpy())  # own seeds
+
+
+def test_a_store_sales_table_two_id_columns_and_closed_days_reads_onto_a_regular_grid(tmp_path):
+    """Store Sales' quirks: a series named by two columns (store_nbr, family, names with '/'),
+    and every Christmas missing from the file (the stores are closed): the grid is made
+    regular, so a window of 14 rows is 14 days."""
+    dates = pd.date_range("2016-12-01", "2017-01-31", freq="D")
+    dates = dates[dates != "2016-12-25"]
+    rows = [{"id": i, "date": d.strftime("%Y-%m-%d"), "store_nbr": s, "family": f,
+             "sales": float(i % 7), "onpromotion": 0}
+            for i, (d, s, f) in enumerate((d, s, f) for s in (1, 2) for f in ("AUTOMOTIVE", "BREAD/BAKERY")
+                                          for d in dates)]
+    pd.DataFrame(rows).to_csv(tmp_path / "train.csv", index=False)
+    frame, channels = timeseries.read_table(tmp_path, time="date", target="sales",
+                                            features=["onpromotion"], series="store_nbr,family")
+    assert frame["series"].nunique() == 4 and "2|BREAD/BAKERY" in set(frame["series"])
+    one = frame[frame["series"] == "1|AUTOMOTIVE"]
+    assert len(one) == 62 and one["time"].diff().dropna().eq(pd.Timedelta(days=1)).all()
+    christmas = one[one["time"] == "2016-12-25"]
+    assert float(christmas["sales"].iloc[0]) == float(one[one["time"] == "2016-12-24"]["sales"].iloc[0])
+    values = torch.from_numpy(frame[channels].to_numpy(np.float32))
+    codes = pd.factorize(frame["series"])[0]
+    latest = timeseries.latest(values, codes, 14)
+    assert torch.equal(latest.past()[3], values[-14:])  # the last series' last 14 steps
+    future = timeseries.future_frame(frame, latest, np.ones((4, 16)), time="date", target="sales",
+                                     series_columns=["store_nbr", "family"])
+    assert len(future) == 64 and future["date"].min() == pd.Timestamp("2017-02-01")
+    assert future["date"].max() == pd.Timestamp("2017-02-16")
+
+
+def test_spacing_keeps_calendar_months_and_numbers():
+    months = pd.Series(pd.date_range("2020-01-31", periods=6, freq="ME"))
+    step = timeseries.spacing(months)
+    assert timeseries.future_times(months.iloc[-1], step, 2) == [pd.Timestamp("2020-07-31"),
+                                                                 pd.Timestamp("2020-08-31")]
+    assert timeseries.future_times(10, timeseries.spacing(pd.Series([0, 5, 10])), 3) == [15, 20, 25]

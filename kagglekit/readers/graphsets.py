@@ -96,7 +96,9 @@ def load_elliptic(folder: Path | str, train_until: int = 34, val_steps: int = 5)
     later ones; the last ``val_steps`` training steps are held out for validation
     (model selection stays in the past of the test period). Unknown nodes are in no
     mask (``y = -1``) but keep their edges: messages still flow through them.
-    ``data.time_step`` keeps each node's step. Edges are made undirected.
+    ``data.time_step`` keeps each node's step, ``data.node_id`` its txId, ``data.train_period``
+    the nodes (labelled or not) of steps 1..``train_until``: the graph a model may see before
+    the test period. Edges are made undirected.
     """
     import numpy as np
     import pandas as pd
@@ -117,8 +119,18 @@ def load_elliptic(folder: Path | str, train_until: int = 34, val_steps: int = 5)
     train_period = step <= train_until
     val = labelled & train_period & (step > train_until - val_steps)
     return Data(x=torch.from_numpy(features.iloc[:, 2:].to_numpy(np.float32)), y=y,
-                edge_index=edge_index, time_step=step, train_mask=labelled & train_period & ~val,
+                edge_index=edge_index, time_step=step, node_id=torch.from_numpy(tx_ids.astype(np.int64)),
+                train_period=train_period, train_mask=labelled & train_period & ~val,
                 val_mask=val, test_mask=labelled & ~train_period)
+
+
+def training_period(data):
+    """The graph a model may learn from: the nodes and edges of the training period for a
+    temporal graph (Elliptic: steps 1-34), with their masks and ids; the whole graph for one
+    without time (Planetoid, the built-in graph: transductive by their protocol)."""
+    if "train_period" not in data:
+        return data
+    return data.subgraph(data.train_period)
 
 
 def load(folder: Path | str | None, **builtin):

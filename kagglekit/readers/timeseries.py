@@ -37,29 +37,91 @@ def _find_file(path: Path, name: str) -> Path:
     return found[0]
 
 
+def _series_key(frame, columns: list[str]):
+    """One series id from one column or several ("store_nbr,family" -> "1|BREAD/BAKERY")."""
+    if len(columns) == 1:
+        return frame[columns[0]].astype(str)
+    return frame[columns].astype(str).agg("|".join, axis=1)
+
+
+def _regular(out, channels: list[str], series_columns: list[str]):
+    """Each series on its own regular time grid: missing time steps (a store closed on
+    Christmas, a sensor down) inserted and filled forward, so that a window of ``lookback``
+    rows is ``lookback`` steps of time. The step: the series' most common difference."""
+    import pandas as pd
+    parts, inserted = [], 0
+    for key, part in out.groupby("series", sort=False):
+        step = spacing(part["time"])
+        if step is None:
+            parts.append(part)
+            continue
+        grid = _grid(part["time"].iloc[0], part["time"].iloc[-1], step)
+        full = part.set_index("time").reindex(grid)
+        inserted += int(full["series"].isna().sum())
+        full[["series", *series_columns]] = full[["series", *series_columns]].ffill()
+        parts.append(full.rename_axis("time").reset_index()[out.columns])
+    if inserted:
+        print(f"kagglekit timeseries: {inserted} missing time steps inserted into their series' "
+              "regular grid (values filled forward)")
+    return pd.concat(parts, ignore_index=True)
+
+
+def spacing(times):
+    """A series' time step: its most common difference (a Timedelta, or a number); a month or a
+    year when the dates fall on one day of the month; None for fewer than two times."""
+    import pandas as pd
+    times = pd.Series(times).reset_index(drop=True)
+    if len(times) < 2:
+        return None
+    if pd.api.types.is_datetime64_any_dtype(times):
+        freq = pd.infer_freq(times.iloc[-min(len(times), 60):]) if len(times) >= 3 else None
+        if freq and freq[0] in "MQYA":  # calendar steps: unequal in days, regular on the calendar
+            return pd.tseries.frequencies.to_offset(freq)
+    return times.diff().dropna().mode().iloc[0]
+
+
+def _grid(first, last, step):
+    import pandas as pd
+    if isinstance(first, pd.Timestamp):
+        return pd.date_range(first, last, freq=step)
+    return np.arange(first, last + step / 2, step)
+
+
+def future_times(last, step, horizon: int) -> list:
+    """The ``horizon`` time stamps after ``last``, ``step`` apart (dates or numbers)."""
+    import pandas as pd
+    if isinstance(last, pd.Timestamp):
+        return list(pd.date_range(last, periods=horizon + 1, freq=step)[1:])
+    return [last + step * (k + 1) for k in range(horizon)]
+
+
 def read_table(path, *, time: str, target: str, features=(), series: str = "",
                name: str = "") -> tuple:
     """The table at ``path`` (a file, or the one table in a folder) as a frame sorted by
-    series and time, with columns ``series``, ``time``, then the channels ``[target,
-    *features]`` under their own names. Returns ``(frame, channels)``.
+    series and time, with columns ``series``, the series' own id columns, ``time``, then the
+    channels ``[target, *features]`` under their own names. Returns ``(frame, channels)``.
 
-    Gaps in a channel are filled forward within the series (then backward for the
-    first rows); a time column of dates is parsed. Raises TableError naming a
-    missing column and the parameter that names it, or a repeated (series, time).
+    ``series``: the column naming a row's series, or several comma-separated
+    ("store_nbr,family"); "" for one series. Each series is put on its regular time grid
+    (missing steps inserted); gaps in a channel are filled forward within the series (then
+    backward for the first rows); a time column of dates is parsed. Raises TableError naming
+    a missing column and the parameter that names it, or a repeated (series, time).
     """
     import pandas as pd
     file = _find_file(Path(path), name)
     read = pd.read_csv if file.suffix.lower() == ".csv" else pd.read_parquet
     frame = read(file)
-    named = {"time_column": time, "target_column": target, "series_column": series,
+    series_columns = [c.strip() for c in series.split(",") if c.strip()]
+    named = {"time_column": time, "target_column": target,
+             **{f"series_column {c!r}": c for c in series_columns},
              **{"feature_columns": f for f in features}}
     for param, column in named.items():
         if column and column not in frame.columns:
             raise TableError(f"{file.name} has no column {column!r} ({param}); its columns: "
                              f"{', '.join(map(str, frame.columns[:20]))}")
     channels = [target, *features]
-    out = frame[[time, *channels]].copy()
-    out.insert(0, "series", frame[series].astype(str) if series else "0")
+    out = frame[[*series_columns, time, *channels]].copy()
+    out.insert(0, "series", _series_key(frame, series_columns) if series_columns else "0")
     out = out.rename(columns={time: "time"})
     if not pd.api.types.is_numeric_dtype(out["time"]):
         out["time"] = pd.to_datetime(out["time"])
@@ -69,6 +131,7 @@ def read_table(path, *, time: str, target: str, features=(), series: str = "",
         row = out[repeated].iloc[0]
         raise TableError(f"{file.name}: series {row['series']!r} has time {row['time']} more than "
                          "once; name the series-id column (series_column) or aggregate first")
+    out = _regular(out, channels, series_columns)
     gaps = int(out[channels].isna().sum().sum())
     if gaps:
         out[channels] = out.groupby("series")[channels].transform(lambda c: c.ffill().bfill())
@@ -154,3 +217,39 @@ class Windows(torch.utils.data.Dataset):
     def future(self) -> torch.Tensor:
         """Every window's target future, (windows, horizon)."""
         return self.values[:, self.target].unfold(0, self.horizon, 1)[self.origins]
+
+
+def latest(values: torch.Tensor, series, lookback: int) -> Windows:
+    """One window per series whose past is the series' last ``lookback`` rows: the input of a
+    forecast past the end of the data (its ``future()`` is unknown, by definition)."""
+    series = np.asarray(series)
+    ends = np.r_[np.flatnonzero(np.diff(series)) + 1, len(series)]
+    starts = np.r_[0, ends[:-1]]
+    short = ends - starts < lookback
+    if short.any():
+        raise TableError(f"{int(short.sum())} series are shorter than lookback={lookback}: "
+                         "lower lookback")
+    windows = Windows.__new__(Windows)
+    windows.values, windows.lookback, windows.target = values, lookback, 0
+    windows.horizon = 0
+    windows.origins = torch.from_numpy(ends)
+    windows.series = torch.from_numpy(series[ends - 1])
+    return windows
+
+
+def future_frame(frame, windows: Windows, forecasts: np.ndarray, *, time: str, target: str,
+                 series_columns: list[str]):
+    """The forecast past the end of the data in the long format: a row per series and future
+    step, the series' own id columns, the time stamps continuing each series' spacing (dates
+    stay dates), the forecast under the target's name."""
+    import pandas as pd
+    rows = []
+    for i, end in enumerate(windows.origins.tolist()):
+        past = frame.iloc[max(0, end - windows.lookback):end]
+        ids = {c: past[c].iloc[-1] for c in series_columns}
+        if not series_columns and frame["series"].nunique() > 1:
+            ids = {"series": past["series"].iloc[-1]}
+        times = future_times(past["time"].iloc[-1], spacing(past["time"]), forecasts.shape[1])
+        rows += [{**ids, time: t, target: float(v)} for t, v in zip(times, forecasts[i])]
+    return pd.DataFrame(rows)
+

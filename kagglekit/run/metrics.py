@@ -112,11 +112,26 @@ def f1_at(scores, labels, threshold: float) -> float:
     return float(f1_score(_labels(labels), _numpy(scores) >= threshold, zero_division=0))
 
 
-def binary(logits, labels) -> dict:
-    """PR-AUC, ROC-AUC and F1 at probability 0.5 from one logit per row."""
+def best_f1_threshold(scores, labels) -> float:
+    """The score threshold with the best positive-class F1 (chosen on validation, applied to
+    test: never chosen on the rows it is judged on)."""
+    from sklearn.metrics import precision_recall_curve
+    precision, recall, thresholds = precision_recall_curve(_labels(labels), _numpy(scores))
+    f1 = 2 * precision * recall / np.maximum(precision + recall, 1e-12)
+    return float(thresholds[int(np.argmax(f1[:-1]))]) if len(thresholds) else 0.0
+
+
+def binary(logits, labels, threshold: float = 0.0) -> dict:
+    """PR-AUC and ROC-AUC from one logit per row; F1, precision and recall of the positive class
+    calling ``logit >= threshold`` positive (0: probability 0.5)."""
+    from sklearn.metrics import precision_score, recall_score
     scores = _numpy(logits).reshape(-1)
+    called = scores >= threshold
+    y = _labels(labels)
     return {"pr_auc": average_precision(scores, labels), "roc_auc": roc_auc(scores, labels),
-            "f1": f1_at(scores, labels, 0.0)}  # logit 0 = probability 0.5
+            "f1": f1_at(scores, labels, threshold),
+            "precision": float(precision_score(y, called, zero_division=0)),
+            "recall": float(recall_score(y, called, zero_division=0))}
 
 
 # ---- several classes ----------------------------------------------------------------------
@@ -132,11 +147,12 @@ def multiclass(logits, labels) -> dict:
             "pr_auc": float(average_precision_score(onehot, scores[:, present], average="macro"))}
 
 
-def classification(logits, labels) -> dict:
-    """``binary`` for one logit per row, ``multiclass`` for several."""
+def classification(logits, labels, threshold: float = 0.0) -> dict:
+    """``binary`` for one logit per row (called positive from ``threshold``), ``multiclass``
+    for several."""
     logits = torch.as_tensor(logits)
     if logits.dim() == 1 or logits.shape[1] == 1:
-        return binary(logits, labels)
+        return binary(logits, labels, threshold)
     return multiclass(logits, labels)
 
 

@@ -118,14 +118,16 @@ def pr_curves(curves: dict, title: str = "test precision-recall"):
 
 def forecasts(panels: list[dict], title: str = "test forecasts"):
     """One panel per series: its recent ``history``, the ``truth`` after the forecast
-    origin, and each model's forecast (``forecasts``: name -> values)."""
+    origin (None past the end of the data), and each model's forecast (``forecasts``: name ->
+    values)."""
     plt = _pyplot()
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.6 * len(panels)), squeeze=False)
     for ax, panel in zip(axes[:, 0], panels):
-        ahead = range(len(panel["truth"]))
+        ahead = range(len(next(iter(panel["forecasts"].values()))))
         ax.plot(range(-len(panel["history"]), 0), panel["history"], color="0.6", linewidth=1,
                 label="history")
-        ax.plot(ahead, panel["truth"], color="black", linewidth=2, label="truth")
+        if panel.get("truth") is not None:
+            ax.plot(ahead, panel["truth"], color="black", linewidth=2, label="truth")
         for name, values in panel["forecasts"].items():
             ax.plot(ahead, values, label=name, alpha=0.85)
         ax.axvline(0, color="0.6", linestyle=":")

@@ -175,14 +175,25 @@ def cmd_output(args) -> int:
     return commands.output_all(_names(args), args.output, args.force)
 
 
-def cmd_submit(args) -> int:
-    from .publish import commands
+def _one_competition_kernel(args, what: str) -> str | None:
     names = _names(args) if args.notebooks else []
     if len(names) != 1:
-        print("error: name the one competition notebook to submit (make submit NB=segmentation_3d)",
-              file=sys.stderr)
-        return 2
-    return commands.submit(names[0], args.message, args.output)
+        print(f"error: name the one competition notebook to {what} (make {what} "
+              "NB=segmentation_3d, or NB=timeseries_store_sales)", file=sys.stderr)
+        return None
+    return names[0]
+
+
+def cmd_submit(args) -> int:
+    from .publish import submit
+    name = _one_competition_kernel(args, "submit")
+    return submit.submit(name, args.message, args.output) if name else 2
+
+
+def cmd_score(args) -> int:
+    from .publish import submit
+    name = _one_competition_kernel(args, "score")
+    return submit.score(name) if name else 2
 
 
 def cmd_data(args) -> int:
@@ -254,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
                              ("pull", cmd_pull, "bring a notebook edited on Kaggle back into notebooks/"),
                              ("quota", cmd_quota, "GPU hours used and left this week"),
                              ("data", cmd_data, "download the data a kernel attaches into data/<slug>/"),
-                             ("submit", cmd_submit, "submit a finished competition kernel's submission.zip"),
+                             ("submit", cmd_submit, "submit a finished competition kernel's submission"),
+                             ("score", cmd_score, "a competition kernel's submissions and their scores"),
                              ("compare", cmd_compare, "a local run against the Kaggle run of the same configuration")):
         p = sub.add_parser(name, help=text)
         p.add_argument("notebooks", nargs="*", help="notebook names (default: all)")

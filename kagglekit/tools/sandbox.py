@@ -210,8 +210,12 @@ def _sources(meta: dict, bench: "Bench", hidden: bool = False) -> dict:
             sources[target] = (make(competition, bench.work / "competitions" / variant / competition,
                                     hidden), False)
     datasets = [d for d in meta.get("dataset_sources", []) if not d.endswith("/kagglekit-wheels")]
-    if bench.data is not None and datasets and not meta.get("competition_sources"):
-        sources[f"datasets/{datasets[0]}"] = (bench.data, True)
+    for dataset in datasets:
+        target = f"datasets/{dataset}"
+        if bench.data is not None and not meta.get("competition_sources") and dataset == datasets[0]:
+            sources[target] = (bench.data, True)
+        else:
+            sources[target] = (make(dataset, bench.work / "datasets" / dataset), False)
     return sources
 
 
@@ -220,7 +224,7 @@ def _versions(name: str, meta: dict, notebook: Path, bench: "Bench", cap: int) -
     competition kernel, Kaggle's scoring rerun of version 3 on the hidden test set."""
     plan = [Version(n, bench.work / name / f"v{n}", None, _sources(meta, bench))
             for n in range(1, VERSIONS + 1)]
-    if meta.get("competition_sources"):
+    if meta.get("code_competition"):  # Kaggle reruns a code competition's notebook to score it
         plan.append(Version("rerun", bench.work / name / "rerun", None, _sources(meta, bench, True), True))
     outcomes, previous = [], None
     for i, version in enumerate(plan):

@@ -59,17 +59,131 @@ def vesuvius(folder: Path, hidden: bool = False, shrink: int = 1) -> Path:
     return folder
 
 
-STAND_INS = {"vesuvius-challenge-surface-detection": vesuvius}
+def elliptic(folder: Path, hidden: bool = False, per_step: int = 40, seed: int = 0) -> dict:
+    """The Elliptic Bitcoin data set as Kaggle's ``ellipticco/elliptic-data-set`` ships it, in
+    ``elliptic_bitcoin_dataset/``; each part reproduces a documented property of the real files:
+
+    - ``elliptic_txs_features.csv`` without a header: txId, time step 1-49, 165 features (93
+      local, 72 aggregated over neighbours); txIds large arbitrary integers;
+    - ``elliptic_txs_edgelist.csv`` (txId1, txId2): directed payments, only between transactions
+      of the same time step (no edge crosses steps), about 1.15 per node;
+    - ``elliptic_txs_classes.csv`` (txId, class): "1" illicit, "2" licit, "unknown" for ~77% of
+      nodes, illicit ~10% of the labelled ones, rows in another order than the features';
+    - a temporal signal: illicit transactions differ in their local features and pay each other
+      more often, and after step 43 (the dark-market shutdown of the paper, where every model
+      fails) the difference shrinks.
+
+    Returns ``{txId: class}`` and ``{txId: time step}`` for the tests.
+    """
+    import pandas as pd
+    rng = np.random.default_rng(seed)
+    step = np.repeat(np.arange(1, 50), per_step)
+    n = len(step)
+    tx = rng.choice(np.arange(10**7, 4 * 10**8), n, replace=False)
+    labelled = rng.random(n) < 0.23
+    label = np.where(labelled, np.where(rng.random(n) < 0.1, "1", "2"), "unknown")
+    illicit = label == "1"
+    feats = rng.normal(size=(n, 165)).astype(np.float32)
+    feats[:, :10] += illicit[:, None] * np.where(step > 43, 0.3, 1.2)[:, None]
+    src, dst = _payments(step, illicit, rng)
+    neighbours = np.zeros((n, 72), np.float32)  # aggregated features: the neighbours' mean
+    np.add.at(neighbours, src, feats[dst, :72])
+    degree = np.bincount(src, minlength=n)[:, None]
+    feats[:, 93:] = neighbours / np.maximum(degree, 1) + 0.1 * rng.normal(size=(n, 72))
+    out = Path(folder) / "elliptic_bitcoin_dataset"
+    out.mkdir(parents=True, exist_ok=True)
+    table = pd.DataFrame(feats).round(6)
+    table.insert(0, "step", step)
+    table.insert(0, "tx", tx)
+    table.to_csv(out / "elliptic_txs_features.csv", header=False, index=False)
+    pd.DataFrame({"txId1": tx[src], "txId2": tx[dst]}).to_csv(out / "elliptic_txs_edgelist.csv", index=False)
+    order = rng.permutation(n)
+    pd.DataFrame({"txId": tx[order], "class": label[order]}).to_csv(out / "elliptic_txs_classes.csv", index=False)
+    return dict(zip(tx.tolist(), label.tolist())), dict(zip(tx.tolist(), step.tolist()))
 
 
-def make(slug: str, folder: Path, hidden: bool = False) -> Path:
-    """The stand-in for competition ``slug`` written to ``folder`` (once); ``hidden``: the
-    scoring rerun's variant (the hidden test set in place of the public one)."""
-    if slug not in STAND_INS:
-        raise NoStandIn(f"the sandbox has no stand-in for competition {slug!r}: add a writer of its "
-                        "layout to kagglekit/tools/standins.py (STAND_INS), or mount your copy "
-                        "of the real files (make data, then make sandbox DATA=data/<slug>)")
+def _payments(step: np.ndarray, illicit: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Directed payments within each time step: every transaction pays one earlier one of its
+    step (two, one time in seven), a like one (illicit to illicit) seven times in ten."""
+    src, dst = [], []
+    for s in np.unique(step):
+        nodes = np.flatnonzero(step == s)
+        for i in range(1, len(nodes)):
+            earlier = nodes[:i]
+            alike = earlier[illicit[earlier] == illicit[nodes[i]]]
+            pool = alike if len(alike) and rng.random() < 0.7 else earlier
+            for target in rng.choice(pool, min(len(pool), 1 + int(rng.random() < 0.15)), replace=False):
+                src.append(nodes[i])
+                dst.append(target)
+    return np.array(src), np.array(dst)
+
+
+def store_sales(folder: Path, hidden: bool = False, stores: int = 3, days: int = 400) -> Path:
+    """Store Sales - Time Series Forecasting (file competition ``store-sales-time-series-
+    forecasting``) as it ships, each part a documented property of the real files:
+
+    - ``train.csv``: ``id,date,store_nbr,family,sales,onpromotion``, a row per store, product
+      family and day (the real one: 54 stores x 33 families, 2013-01-01 to 2017-08-15); dates
+      as text; family names with ``/`` and ``,`` (``BREAD/BAKERY``, ``LIQUOR,WINE,BEER``);
+      fractional sales, long runs of zeros for a family a store does not sell;
+    - every 25 December missing from the file (the stores are closed);
+    - ``test.csv``: ``id,date,store_nbr,family,onpromotion`` for the 16 days after the last
+      training day, its ids continuing train's; ``sample_submission.csv``: ``id,sales``, zeros;
+    - the side tables ``stores.csv``, ``oil.csv`` (with gaps), ``holidays_events.csv``,
+      ``transactions.csv`` beside them (a folder of several tables: ``table=`` names one).
+    """
+    import pandas as pd
+    rng = np.random.default_rng(0)
+    families = ["AUTOMOTIVE", "BREAD/BAKERY", "LIQUOR,WINE,BEER"]
+    dates = pd.date_range(end="2017-08-15", periods=days, freq="D")
+    dates = dates[~((dates.month == 12) & (dates.day == 25))]
+    rows = []
+    for store in range(1, stores + 1):
+        for k, family in enumerate(families):
+            weekly = 1 + 0.4 * np.sin(2 * np.pi * dates.dayofweek / 7)
+            level = 0.0 if (store, family) == (2, "LIQUOR,WINE,BEER") else 20.0 * (k + 1) * store
+            sales = np.round(level * weekly * rng.gamma(8, 1 / 8, len(dates)), 3)
+            rows += [{"date": d.strftime("%Y-%m-%d"), "store_nbr": store, "family": family,
+                      "sales": v, "onpromotion": int(rng.poisson(2))} for d, v in zip(dates, sales)]
+    train = pd.DataFrame(rows).sort_values(["date", "store_nbr", "family"]).reset_index(drop=True)
+    train.insert(0, "id", np.arange(len(train)))
+    future = pd.date_range("2017-08-16", periods=16, freq="D")
+    test = pd.DataFrame([{"date": d.strftime("%Y-%m-%d"), "store_nbr": s, "family": f,
+                          "onpromotion": int(rng.poisson(2))}
+                         for d in future for s in range(1, stores + 1) for f in families])
+    test.insert(0, "id", np.arange(len(train), len(train) + len(test)))
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    train.to_csv(folder / "train.csv", index=False)
+    test.to_csv(folder / "test.csv", index=False)
+    pd.DataFrame({"id": test["id"], "sales": 0.0}).to_csv(folder / "sample_submission.csv", index=False)
+    pd.DataFrame({"store_nbr": range(1, stores + 1), "city": "Quito", "type": "D",
+                  "cluster": 13}).to_csv(folder / "stores.csv", index=False)
+    oil = pd.DataFrame({"date": dates.strftime("%Y-%m-%d"), "dcoilwtico": 50 + rng.normal(size=len(dates))})
+    oil.loc[oil.sample(frac=0.03, random_state=0).index, "dcoilwtico"] = np.nan
+    oil.to_csv(folder / "oil.csv", index=False)
+    pd.DataFrame({"date": ["2016-12-25"], "type": "Holiday", "locale": "National",
+                  "locale_name": "Ecuador", "description": "Navidad", "transferred": False}).to_csv(
+        folder / "holidays_events.csv", index=False)
+    train.groupby(["date", "store_nbr"]).size().rename("transactions").reset_index().to_csv(
+        folder / "transactions.csv", index=False)
+    return folder
+
+
+# Stand-ins by the source a kernel attaches: a competition's slug or a dataset's owner/slug.
+STAND_INS = {"vesuvius-challenge-surface-detection": vesuvius, "ellipticco/elliptic-data-set": elliptic,
+             "store-sales-time-series-forecasting": store_sales}
+
+
+def make(source: str, folder: Path, hidden: bool = False) -> Path:
+    """The stand-in for ``source`` (a competition's slug or a dataset's owner/slug) written to
+    ``folder`` (once); ``hidden``: a competition's scoring-rerun variant (the hidden test set
+    in place of the public one)."""
+    if source not in STAND_INS:
+        raise NoStandIn(f"the sandbox has no stand-in for {source!r}: add a writer of its layout "
+                        "to kagglekit/tools/standins.py (STAND_INS), or mount your copy of the "
+                        "real files (make data, then make sandbox DATA=data/<slug>)")
     if not (folder / ".complete").exists():
-        STAND_INS[slug](folder, hidden=hidden)
+        STAND_INS[source](folder, hidden=hidden)
         (folder / ".complete").write_text("")
     return folder

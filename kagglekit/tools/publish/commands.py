@@ -112,56 +112,6 @@ def output_all(names: list[str], output_root: str, force: bool) -> int:
     return 1 if failed else 0
 
 
-def submit(name: str, message: str, output_root: str) -> int:
-    """Submit the latest kernel version's ``submission.zip`` to its competition, only when
-    that version finished and its zip holds a valid uint8 mask for every test id."""
-    kernel, meta = kernel_of(name)
-    competitions = meta.get("competition_sources") or []
-    if not competitions:
-        print(f"error: kernel-metadata/{name}.json has no competition_sources: only a competition "
-              "kernel can be submitted", file=sys.stderr)
-        return 2
-    st = kaggle_cli.status(kernel)
-    if st.state != "COMPLETE":
-        print(f"refused: {kernel}'s latest version is {st.state}, not COMPLETE: submit a version "
-              f"that finished (make status NB={name} WAIT=1)", file=sys.stderr)
-        return 1
-    version = kaggle_cli.current_version(kernel)
-    dest = Path(output_root) / meta["slug"] / f"v{version}"
-    kaggle_cli.output(kernel, dest)
-    problem = submission_problem(dest)
-    if problem:
-        print(f"refused: version {version} of {kernel}: {problem}", file=sys.stderr)
-        return 1
-    answer = kaggle_cli.submit_code(competitions[0], kernel, version, "submission.zip", message)
-    print(f"submitted version {version} of {kernel} to {competitions[0]}: {answer}")
-    return 0
-
-
-def submission_problem(folder: Path) -> str:
-    """Why the downloaded output in ``folder`` cannot be submitted ("" when it can)."""
-    import json
-
-    from ...tasks.segment3d import SubmissionError, check_submission
-    zipped = folder / "submission.zip"
-    if not zipped.exists():
-        return "its output has no submission.zip"
-    metrics = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").exists() else {}
-    ids = metrics.get("submission", {}).get("test_ids")
-    if not ids:
-        return "its metrics.json does not record the test ids the zip must hold"
-    training = sorted(label for label, did in metrics.get("chain", {}).items() if did in ("trained", "resumed"))
-    if training:
-        return (f"it trained ({', '.join(training)}): Kaggle's rerun on the hidden test set would train "
-                "again. Push once more (that version finds the finished training and only predicts), "
-                "then submit it")
-    try:
-        check_submission(zipped, dict.fromkeys(ids))
-    except (SubmissionError, OSError, ValueError) as err:
-        return str(err)
-    return ""
-
-
 def data_all(names: list[str], force: bool = False) -> int:
     """``make data``: every competition and dataset the kernels attach, into ``data/<slug>/``."""
     from . import data

@@ -6,6 +6,8 @@ CLI printed and raises KaggleError with the message instead.
 """
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import re
@@ -156,6 +158,21 @@ def pull(kernel: str, dest: Path) -> tuple[Path, dict]:
 def quota() -> str:
     """GPU and TPU hours used and left this week, as the CLI prints them."""
     return run_cli("quota").strip()
+
+
+def submit_file(competition: str, file: Path, message: str) -> str:
+    """Upload ``file`` to a file competition; the server's answer."""
+    out = run_cli("competitions", "submit", competition, "-f", str(file), "-m", message)
+    if re.search(r"^(Could not|.*error|.*failed)", out, re.M | re.I):
+        raise KaggleError(f"`kaggle competitions submit` refused: {out.strip()[-500:]}")
+    return out.strip().splitlines()[-1] if out.strip() else "submitted"
+
+
+def submissions(competition: str) -> list[dict]:
+    """Every submission of the account to ``competition``, newest first (the CLI's CSV)."""
+    text = run_cli("competitions", "submissions", competition, "-v")
+    start = text.find("ref,")  # the CLI's notices come before its CSV
+    return list(csv.DictReader(io.StringIO(text[start:]))) if start >= 0 else []
 
 
 def submit_code(competition: str, kernel: str, version: int, file_name: str, message: str) -> str:

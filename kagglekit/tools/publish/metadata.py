@@ -19,7 +19,7 @@ _MODEL = re.compile(r"^[^/\s]+/[^/\s]+/[^/\s]+/[^/\s]+/\d+$")
 KNOWN = {"slug", "title", "notebook", "is_private", "enable_internet", "enable_tpu",
          "machine_shape", "docker_image_pinning_type", "dataset_sources", "competition_sources",
          "kernel_sources", "model_sources", "keywords", "resume_from_previous_version",
-         "parameters", "sandbox", "wheels"}
+         "parameters", "sandbox", "wheels", "code_competition"}
 PINNING = ("original", "latest")  # keep the image a kernel first ran on, or take the newest
 
 
@@ -80,6 +80,11 @@ def validate(meta: dict, path: Path, notebooks_dir: Path = Path("notebooks")) ->
     if pinning not in PINNING:
         problems.append(("docker_image_pinning_type", f"{pinning!r} must be one of {PINNING}"))
     _check_sources(meta, problems)
+    if meta.get("competition_sources") and not isinstance(meta.get("code_competition"), bool):
+        problems.append(("code_competition", "a competition kernel must say true (a code competition: "
+                                             "Kaggle reruns the notebook on the hidden test set) or "
+                                             "false (a file competition: its submission file is "
+                                             "uploaded)"))
     _check_parameters(meta, notebook, problems)
     wheels = meta.get("wheels", [])
     if not (isinstance(wheels, list) and all(isinstance(w, str) and w for w in wheels)):
