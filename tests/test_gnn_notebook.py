@@ -27,13 +27,13 @@ def model_row(metrics: dict, name: str) -> dict:
 def test_gnn_beats_the_baselines_on_the_builtin_graph_and_force_retrain_retrains_everything(tmp_path):
     out = tmp_path / "gnn"
     first = run({"smoke": True}, out)
-    gnn, mlp = model_row(first, "GNN (gcn, 1 seeds)"), model_row(first, "MLP (features only)")
+    gnn, mlp = model_row(first, "GNN (gcn)"), model_row(first, "MLP (features only)")
     assert gnn["test_pr_auc"] > mlp["test_pr_auc"] + 0.1  # the structure carries the signal
     assert first["best"].startswith(("GNN", "trees (features + GNN"))  # picked on validation
     assert first["search"]["trials"] == {"COMPLETE": 2} and first["fit"]["oom_count"] == 0
     assert first["fit"]["steps"] == first["fit"]["steps_this_session"] == 30  # steps, not epochs
     assert first["chain"] == {"cache:pretrain": "computed", "pretrain": "trained", "fit": "trained",
-                              "cache:trees": "computed", "cache:trees_gnn": "computed"}
+                              "cache:trees-seed0": "computed", "cache:trees_gnn-seed0": "computed"}
     for png in ("pr_curve.png", "learning_curves.png"):
         assert (out / png).exists()
     assert_reads_as_a_report(out, "gnn_node_classification")
@@ -42,7 +42,7 @@ def test_gnn_beats_the_baselines_on_the_builtin_graph_and_force_retrain_retrains
     assert len(trials) == 2  # one line per search trial, no progress bars of its fits
     again = run({"smoke": True}, out)  # nothing changed: nothing trains
     assert again["fit"]["steps_this_session"] == 0 and again["chain"]["cache:pretrain"] == "hit"
-    assert again["chain"]["cache:trees_gnn"] == "hit"
+    assert again["chain"]["cache:trees_gnn-seed0"] == "hit"
     forced = run({"smoke": True, "force_retrain": True}, out)
     assert forced["fit"]["steps_this_session"] == 30 and forced["fit"]["resumed_from"] is None
     assert set(forced["chain"].values()) <= {"computed", "trained"}

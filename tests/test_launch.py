@@ -2,6 +2,7 @@
 import json
 import multiprocessing as mp
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -198,3 +199,16 @@ def test_a_stop_asked_by_one_rank_stops_every_rank_at_the_same_step():
     from kagglekit.loop.train import AGREE_EVERY
     assert launch(_stop_requested_on_rank_one, nprocs=2, join_timeout_s=120) == \
         ("requested", AGREE_EVERY)  # decided together at the next agreement step, no hang
+
+
+@pytest.mark.slow
+def test_ranks_forked_after_the_notebook_ran_a_parallel_op_do_not_hang():
+    """Before: each rank took cpus / ranks threads (2 on Kaggle's 4 vCPUs) and its first parallel
+    op waited forever on OpenMP pool threads that did not survive the fork."""
+    import os
+    import subprocess
+    import sys
+    job = Path(__file__).parent / "jobs" / "threads_job.py"
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    done = subprocess.run([sys.executable, str(job)], env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0 and "RANKS DONE" in done.stdout, done.stdout + done.stderr[-2000:]

@@ -69,6 +69,23 @@ def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_o
         _check_a_later_version(notebook, bench.work / notebook / f"v{version}" / "working")
     if notebook == "segmentation_3d":
         _check_the_scoring_rerun(bench.work / notebook)
+    if notebook == "gnn_node_classification":
+        _check_the_folds_across_versions(bench.work / notebook)
+
+
+def _check_the_folds_across_versions(runs: Path) -> None:
+    """Kaggle's 4 folds, 2 per version (the sandbox's folds_per_version): version 1 trains folds
+    0-1 and says so, version 2 the rest (its verdict allows only those), version 3 trains none."""
+    cv = {v: json.loads((runs / f"v{v}" / "working" / "metrics.json").read_text()) for v in (1, 2, 3)}
+    assert cv[1]["cv_gnn"]["done"] == [0, 1] and cv[1]["cv_gnn"]["pending"] == [2, 3]
+    executed = json.loads((runs / "v1" / "working" / "kagglekit-gnn-node-classification.ipynb").read_text())
+    printed = "".join("".join(o["text"]) for cell in executed["cells"] for o in cell.get("outputs", [])
+                      if "text" in o)
+    assert "folds 0-1 of 4 done, 2-3 next version" in printed
+    assert not (runs / "v1" / "working" / "oof.parquet").exists() and "scores" not in cv[1]["cv_gnn"]
+    assert [cv[2]["chain"][f"cache:gnn-fold{k}"] for k in range(4)] == ["hit", "hit", "computed", "computed"]
+    assert cv[2]["cv_gnn"]["pending"] == [] and (runs / "v2" / "working" / "oof.parquet").exists()
+    assert {cv[3]["chain"][f"cache:gnn-fold{k}"] for k in range(4)} == {"hit"}
 
 
 def _check_the_scoring_rerun(runs: Path) -> None:
@@ -136,3 +153,7 @@ def test_a_later_version_that_trains_from_scratch_is_a_failure():
     assert not verdict(3, {"cache:lstm": "computed"})[0]  # a cache entry recomputed
     assert verdict(2, {"fit": "resumed", "other": "skipped", "cache:x": "hit"}) == \
         (True, "ok (hit: cache:x; resumed: fit; skipped: other)")
+    # Folds a budget left for the next version are that version's to train, and only those.
+    previous = {"cache:cv-fold0": "computed", "cache:cv-fold1": "pending"}
+    assert verdict(2, {"cache:cv-fold0": "hit", "cache:cv-fold1": "computed"}, previous)[0]
+    assert not verdict(2, {"cache:cv-fold0": "computed", "cache:cv-fold1": "computed"}, previous)[0]

@@ -31,9 +31,15 @@ import torch.distributed as dist
 
 from ..machine import signals
 from . import ranklog, ranks
-from ..machine import env, gpus as gpus_mod
+from ..machine import gpus as gpus_mod
 
 STRATEGIES = ("auto", "ddp", "dp", "single")
+# torch's CPU ops in a forked process run on one thread. GNU OpenMP (torch's) is not fork-safe:
+# once the notebook's process has run a parallel region (any multithreaded CPU op: data
+# preparation, a matmul), a child that opens its own with more than one thread waits forever
+# for pool threads that did not survive the fork (measured: a 300 x 300 matmul on 2 threads
+# hangs; on 1 it returns). A rank's heavy work is on its GPU; DataLoader workers use one too.
+FORKED_THREADS = 1
 # T4 x2 on Kaggle: PCIe only, no NVLink; P2P over PCIe between the two T4s has been
 # reported to hang NCCL in some containers, and there is no InfiniBand.
 NCCL_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_IB_DISABLE": "1"}
@@ -86,9 +92,7 @@ def _ddp_rank(world: int, port: int, backend: str, timeout_s: float, fn, args, k
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     ranklog.attach(rank)
-    # A forked child inherits an OpenMP pool whose threads did not survive the fork;
-    # resizing it makes a fresh one (without this, the first parallel op can hang).
-    torch.set_num_threads(_threads_per_rank(world))
+    torch.set_num_threads(FORKED_THREADS)
     device = torch.device("cpu")
     if backend == "nccl":
         torch.cuda.set_device(rank)
@@ -121,9 +125,6 @@ def _child(index: int, body, conn) -> None:
         # Skip the parent's atexit handlers (inherited by fork: IPython's, papermill's).
         os._exit(0 if status == "ok" else 1)
 
-
-def _threads_per_rank(world: int) -> int:
-    return max(1, env.cpus() // world)
 
 
 STOP_GRACE_S = 120.0  # how long interrupted ranks get to agree on a step and save

@@ -124,13 +124,17 @@ def load_elliptic(folder: Path | str, train_until: int = 34, val_steps: int = 5)
                 val_mask=val, test_mask=labelled & ~train_period)
 
 
-def training_period(data):
+def training_period(data, transductive: bool = False):
     """The graph a model may learn from: the nodes and edges of the training period for a
     temporal graph (Elliptic: steps 1-34), with their masks and ids; the whole graph for one
-    without time (Planetoid, the built-in graph: transductive by their protocol)."""
-    if "train_period" not in data:
+    without time (Planetoid, the built-in graph: transductive by their protocol), or when
+    ``transductive``. ``full_id``: each node's index in ``data``."""
+    if "train_period" not in data or transductive:
+        data.full_id = torch.arange(data.num_nodes)
         return data
-    return data.subgraph(data.train_period)
+    period = data.subgraph(data.train_period)
+    period.full_id = data.train_period.nonzero().view(-1)  # each node's index in the whole graph
+    return period
 
 
 def load(folder: Path | str | None, **builtin):

@@ -149,12 +149,14 @@ def _say(trial, outcome: str, started: float) -> None:
           f"{time.monotonic() - started:.1f}s", flush=True)
 
 
-def _worker(gpus: int, threads: int, args: tuple, index: int) -> str:
-    """One search worker in its own process: its GPU, its threads, its trials."""
+def _worker(gpus: int, args: tuple, index: int) -> str:
+    """One search worker in its own process: its GPU, its trials (torch on one CPU thread: see
+    ``launcher.FORKED_THREADS``)."""
     if gpus:  # before anything touches CUDA in this fresh process
         os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
     import torch
-    torch.set_num_threads(threads)
+    from ..parallel.launcher import FORKED_THREADS
+    torch.set_num_threads(FORKED_THREADS)
     return _on_device(gpus, _work, *args, worker=index)
 
 
@@ -231,8 +233,7 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
         if gpus and cuda_initialised():
             from ..parallel.launcher import CUDA_INITIALISED
             raise RuntimeError(CUDA_INITIALISED)
-        threads = max(1, env.cpus() // workers)
-        run_forked(functools.partial(_worker, gpus, threads, args), workers, what="tune worker")
+        run_forked(functools.partial(_worker, gpus, args), workers, what="tune worker")
         reason = "workers finished"
     study = load_study(name, url, direction, **options)
     print(f"kagglekit tune: {name}: {counts(study)} ({reason})")

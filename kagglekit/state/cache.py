@@ -211,6 +211,12 @@ class Cache:
             raise ValueError(f"sha256 mismatch for {payload} (corrupted or truncated)")
         return _read(meta["kind"], payload), meta
 
+    def has(self, name: str, config: dict, *, data=None, code=None) -> bool:
+        """Is there an entry for (config, data, code), here or in the inputs (not verified)?
+        False under ``force``: everything is recomputed."""
+        k = key(config, data, code)
+        return not self.force and ((self.root / name / k / "meta.json").exists() or bool(self._inputs(name, k)))
+
     def lookup(self, name: str, k: str):
         """(value, meta, where) of a usable entry, else None; corrupt ones are reported."""
         local = self.root / name / k

@@ -150,7 +150,7 @@ def run_version(built: Path, slug: str, version: Version, bench: "Bench", cap: i
     if version.rerun:
         ok, text = rerun_verdict(metrics, root)
     else:
-        ok, text = verdict(version.number, metrics.get("chain", {}))
+        ok, text = verdict(version.number, metrics.get("chain", {}), _chain_of(version.previous))
     return Outcome(name, version.number, ok, seconds, text)
 
 
@@ -165,16 +165,27 @@ def _first_error(executed: Path, done: subprocess.CompletedProcess) -> str:
     return f"FAILED: papermill exit {done.returncode}: {done.stderr.strip()[-400:]}"
 
 
-def verdict(version: int, chain: dict) -> tuple[bool, str]:
-    """Version 1 may train; later versions must resume, skip or hit the cache."""
+def verdict(version: int, chain: dict, previous: dict | None = None) -> tuple[bool, str]:
+    """Version 1 may train; a later version must resume, skip or hit the cache for everything an
+    earlier version finished, and may only train what no version has finished yet (the folds a
+    budget left for it: "pending" in the previous chain)."""
     groups: dict[str, list[str]] = {}
     for label, did in chain.items():
         groups.setdefault(did, []).append(label)
     text = "; ".join(f"{did}: {', '.join(labels)}" for did, labels in sorted(groups.items()))
-    retrained = groups.get("trained", []) + groups.get("computed", []) if version > 1 else []
+    earlier = previous or {}
+    retrained = [label for label in groups.get("trained", []) + groups.get("computed", [])
+                 if version > 1 and earlier.get(label, "done") != "pending"]
     if retrained:
         return False, f"FAILED: trained again from scratch: {', '.join(retrained)} ({text})"
     return True, f"ok ({text or 'no fits'})"
+
+
+def _chain_of(output: Path | None) -> dict:
+    try:
+        return json.loads((output / "metrics.json").read_text()).get("chain", {}) if output else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def rerun_verdict(metrics: dict, root: Path) -> tuple[bool, str]:

@@ -1,0 +1,159 @@
+"""Cross-validation as resumable units: the split kept, folds cached and skipped, a killed fold
+resumed, the budget respected, the OOF predictions and their score right."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.model_selection import KFold, StratifiedKFold, TimeSeriesSplit
+
+import kagglekit as kk
+from kagglekit.run import folds as folds_mod
+
+REPO = Path(__file__).resolve().parents[1]
+DECLARED = {"seed": 0, "force_retrain": False, "time_budget_s": 0.0, "precision": "auto", "data_dir": ""}
+
+
+def _start(out: Path, **values):
+    os.environ["KAGGLEKIT_OUTPUT"] = str(out)
+    return kk.start({**DECLARED, **values}, "cv", declared=dict(DECLARED), verbose=False)
+
+
+@pytest.fixture(autouse=True)
+def _output_env():
+    yield
+    os.environ.pop("KAGGLEKIT_OUTPUT", None)
+
+
+def _predict_mean(fold, x, y):
+    """A model in one line: the training rows' mean, for every validation and test row."""
+    value = float(np.mean(y[fold.train]))
+    return {"oof": {"mean": np.full(len(fold.val), value)}, "test": {"mean": np.full(3, value)}}
+
+
+def test_the_oof_score_is_scikit_learns_metric_on_the_concatenated_oof_predictions(tmp_path):
+    from sklearn.metrics import mean_absolute_error
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=50)
+    run = _start(tmp_path / "out")
+    cv = kk.folds.CrossValidation(run, "m", KFold(5, shuffle=True, random_state=1), n=50,
+                                  ids=[f"row{i}" for i in range(50)])
+    result = cv.run(lambda f: _predict_mean(f, None, y), config={}, target=y,
+                    metric=mean_absolute_error, test_ids=["a", "b", "c"])
+    assert result.complete and result.done == [0, 1, 2, 3, 4]
+    oof = pd.read_parquet(tmp_path / "out" / "oof.parquet")
+    assert sorted(oof["id"]) == sorted(f"row{i}" for i in range(50)) and set(oof["fold"]) == set(range(5))
+    assert result.scores["mean"]["oof"] == mean_absolute_error(oof["target"], oof["mean"])
+    assert result.scores["mean"]["oof"] == pytest.approx(mean_absolute_error(y, result.oof["mean"]))
+    per_fold = [mean_absolute_error(y[f.val], result.oof["mean"][f.val]) for f in cv.folds]
+    assert result.scores["mean"]["per_fold"] == per_fold
+    test = pd.read_parquet(tmp_path / "out" / "test.parquet")
+    assert list(test["id"]) == ["a", "b", "c"]
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["cv_m"]["scores"]["mean"]["mean"] == pytest.approx(np.mean(per_fold))
+
+
+def test_every_version_sees_the_same_folds_and_skips_the_done_ones(tmp_path, kaggle_tree):
+    y = np.arange(60) % 2
+    first = kk.start(dict(DECLARED), "cv", declared=dict(DECLARED), verbose=False)
+    calls = []
+
+    def train(f):
+        calls.append(f.index)
+        return _predict_mean(f, None, y)
+    splitter = StratifiedKFold(3, shuffle=True, random_state=0)
+    cv = kk.folds.CrossValidation(first, "s", splitter, n=60, y=y)
+    cv.run(train, config={})
+    # The next kernel version: the previous output mounted read-only, a fresh working dir.
+    previous = kaggle_tree / "input" / "notebooks" / "me" / "cv"
+    previous.parent.mkdir(parents=True)
+    os.rename(kaggle_tree / "working", previous)
+    (kaggle_tree / "working").mkdir()
+    kk.inputs.forget()
+    again = kk.start(dict(DECLARED), "cv", declared=dict(DECLARED), verbose=False)
+    cv2 = kk.folds.CrossValidation(again, "s", splitter, n=60, y=y)
+    assert [f.val.tolist() for f in cv2.folds] == [f.val.tolist() for f in cv.folds]
+    result = cv2.run(train, config={})
+    assert calls == [0, 1, 2] and result.complete  # every fold a cache hit in version 2
+    assert set(again.chain.values()) == {"hit"}
+
+
+class Clock:
+    """Wall and monotonic time that move only when a fold trains (100 s each)."""
+
+    def __init__(self):
+        self.now = 1_000_000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_budget_that_holds_two_folds_trains_two_and_names_the_rest(tmp_path, monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(folds_mod.time, "monotonic", clock)
+    monkeypatch.setattr(kk.budget.time, "time", clock)
+    y = np.arange(50.0)
+
+    def train(f):
+        clock.now += 100  # every fold takes 100 s
+        return _predict_mean(f, None, y)
+    run = _start(tmp_path / "out")
+    run.deadline = clock.now + 250  # room for two folds of 100 s (and a margin), not three
+    cv = kk.folds.CrossValidation(run, "t", KFold(5), n=50)
+    result = cv.run(train, config={})
+    assert not result.complete and result.done == [0, 1] and result.pending == [2, 3, 4]
+    assert result.message.startswith("folds 0-1 of 5 done, 2-4 next version")
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert "scores" not in metrics["cv_t"] and not (tmp_path / "out" / "oof.parquet").exists()
+    later = _start(tmp_path / "out")  # the next session: a fresh budget; folds 0-1 are hits
+    later.deadline = clock.now + 1000
+    done = kk.folds.CrossValidation(later, "t", KFold(5), n=50).run(train, config={})
+    assert done.complete and [later.chain[f"cache:t-fold{k}"] for k in range(5)] == \
+        ["hit", "hit", "computed", "computed", "computed"]
+
+
+def test_a_fold_whose_training_stopped_early_is_not_cached_and_a_cap_per_version_holds(tmp_path):
+    y = np.arange(40.0)
+    run = _start(tmp_path / "out")
+    stopped = kk.folds.CrossValidation(run, "u", KFold(4), n=40)
+    result = stopped.run(lambda f: None if f.index == 1 else _predict_mean(f, None, y), config={})
+    assert result.done == [0] and result.pending == [1, 2, 3]
+    assert not run.cache.has("u-fold1", {"fold": 1, "split": stopped.key})
+    capped = kk.folds.CrossValidation(run, "c", TimeSeriesSplit(4), n=40)
+    first = capped.run(lambda f: _predict_mean(f, None, y), config={}, per_version=2)
+    assert first.done == [0, 1] and "folds 0-1 of 4 done, 2-3 next version" in first.message
+    assert all(f.train.max() < f.val.min() for f in capped.folds)  # the past only, in time
+
+
+@pytest.mark.slow
+def test_a_kill_in_the_middle_of_fold_2_resumes_it_and_ends_with_the_same_oof_bit_for_bit(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAGGLE")}
+    job = [sys.executable, str(REPO / "tests" / "jobs" / "cv_job.py")]
+    clean = subprocess.run(job, env={**env, "KAGGLEKIT_OUTPUT": str(tmp_path / "clean")},
+                           capture_output=True, text=True, timeout=600)
+    assert "COMPLETE" in clean.stdout, clean.stdout + clean.stderr
+    killed_env = {**env, "KAGGLEKIT_OUTPUT": str(tmp_path / "killed")}
+    proc = subprocess.Popen([*job, "0.02"], env=killed_env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    fold2 = tmp_path / "killed" / "checkpoints" / "mlp-fold2"
+    deadline = time.monotonic() + 300
+    while len(list(fold2.rglob("step-*.json"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not list((tmp_path / "killed" / "checkpoints").glob("mlp-fold3")), "killed too late"
+    again = subprocess.run(job, env=killed_env, capture_output=True, text=True, timeout=600)
+    assert "COMPLETE" in again.stdout, again.stdout + again.stderr
+    chain = json.loads((tmp_path / "killed" / "metrics.json").read_text())["chain"]
+    assert [chain[f"cache:mlp-fold{k}"] for k in range(5)] == ["hit", "hit", "computed", "computed", "computed"]
+    assert "resumed from" in again.stdout and "mlp-fold2" in again.stdout
+    a = pd.read_parquet(tmp_path / "clean" / "oof.parquet")
+    b = pd.read_parquet(tmp_path / "killed" / "oof.parquet")
+    assert a.equals(b)  # bit for bit
+    assert pd.read_parquet(tmp_path / "clean" / "test.parquet").equals(pd.read_parquet(tmp_path / "killed" / "test.parquet"))
