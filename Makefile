@@ -11,7 +11,7 @@ P ?=
 PYTEST_ARGS ?=
 TEST_JOBS ?= 2
 
-.PHONY: help setup run runs view test sandbox gpu-check soak bench lint clean build push status logs output pull quota compare submit score data
+.PHONY: help setup lab run runs view test sandbox gpu-check soak bench lint clean build push status logs output pull quota compare submit score data
 
 # V=1: keep the warnings the kit silences because they carry nothing for the user.
 ifdef V
@@ -38,6 +38,15 @@ $(STAMP): requirements.txt pyproject.toml setup/ipython_kernel_config.py
 	mkdir -p $(VENV)/etc/ipython && cp setup/ipython_kernel_config.py $(VENV)/etc/ipython/
 	touch $@
 
+## lab: JupyterLab on notebooks/ with the kit's kernel ("Python 3 (kagglekit)"); runs go to runs/lab/<notebook>
+LAB_STAMP := $(VENV)/.lab-installed
+$(LAB_STAMP): setup/lab-requirements.txt $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r setup/lab-requirements.txt
+	touch $@
+
+lab: $(LAB_STAMP)
+	KAGGLEKIT_RUNS=$(CURDIR)/runs/lab $(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
 ## run: execute the notebooks locally into runs/<NB>/<config>/ (NB=name, P="epochs=3 seed=1", KAGGLE=1: Kaggle's parameters)
 run: $(STAMP)
 	$(PY) -m kagglekit.tools.cli run $(NB) $(if $(KAGGLE),--kaggle) $(foreach p,$(P),-p $(p))
@@ -59,7 +68,7 @@ $(SANDBOX_PACKAGES): sandbox/kaggle-image.txt
 $(SANDBOX_STAMP): $(SANDBOX_PACKAGES) $(STAMP)
 	$(PY) -c "from kagglekit.tools.kernelenv import kernel_python; kernel_python()"
 
-## test: the whole suite on CPU, the sandbox's six notebooks included (GPU tests are skipped without a GPU; TEST_JOBS=2 workers)
+## test: the whole suite on CPU, the sandbox's seven notebooks included (GPU tests are skipped without a GPU; TEST_JOBS=2 workers)
 # Two xdist workers, the longest tests first (tests/conftest.py); --maxschedchunk 1 hands
 # each worker its next test only when it needs one, so neither idles at the end. One
 # thread per process: with two workers on two cores, OpenMP threads spin-waiting for a
@@ -70,12 +79,12 @@ test:
 	@$(MAKE) --no-print-directory $(SANDBOX_STAMP)
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_JOBS) --maxschedchunk 1 $(PYTEST_ARGS)
 
-## build / push / status / logs / output / pull / compare: the Kaggle round trip (NB=name; push of every notebook needs ALL=1)
+## build / push / status / logs / output / pull / compare: the Kaggle round trip (NB=name; push of every notebook needs ALL=1, at most SESSIONS=2 running at once, the rest queued)
 build compare logs: $(STAMP)
 	$(PY) -m kagglekit.tools.cli $@ $(NB)
 
 push: $(STAMP)
-	$(PY) -m kagglekit.tools.cli push $(NB) $(if $(ALL),--all)
+	$(PY) -m kagglekit.tools.cli push $(NB) $(if $(ALL),--all) $(if $(SESSIONS),--sessions $(SESSIONS))
 
 ## status: the Kaggle run's state (WAIT=1 polls until it ends; the log's tail on ERROR)
 status: $(STAMP)
@@ -132,6 +141,7 @@ lint: $(STAMP)
 	$(PY) -m compileall -q kagglekit tests benchmarks
 	$(PY) -m pytest -q tests/test_notebooks.py -k clean
 
-## clean: remove .venv, build/, dist/ and runs/
+## clean: remove .venv, build/, dist/ and the local runs; keeps runs/kaggle/ (the Kaggle outputs make output downloaded)
 clean:
-	rm -rf $(VENV) build dist runs *.egg-info
+	rm -rf $(VENV) build dist *.egg-info
+	if [ -d runs ]; then find runs -mindepth 1 -maxdepth 1 ! -name kaggle -exec rm -rf {} +; fi

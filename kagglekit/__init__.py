@@ -14,11 +14,11 @@ _PARTS = {
     "machine": ["env", "gpus", "precision", "budget", "inputs", "display", "signals"],
     "parallel": ["ranks", "launcher", "ranklog", "loaders"],
     "state": ["atomic", "rng", "space", "identity", "cache", "snapshot", "checkpoint"],
-    "readers": ["volumes", "graphsets", "timeseries", "datasets", "graph"],
+    "readers": ["volumes", "graphsets", "timeseries", "tables", "datasets", "graph"],
     "loop": ["train", "step", "fitoptions", "fitstate", "durable", "accel", "cudagraph", "guards",
              "progress", "monitor", "memory", "schedule"],
     "run": ["context", "params", "plots", "metrics", "evaluate", "submission", "folds", "blend"],
-    "search": ["tune", "studystore", "boosting"],
+    "search": ["tune", "sizing", "studyreport", "studystore", "boosting"],
     "tasks": ["segment3d", "models", "cycles"],
 }
 _SUBMODULES = {name: f"{part}.{name}" for part, names in _PARTS.items() for name in names}

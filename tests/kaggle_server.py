@@ -38,6 +38,11 @@ class FakeKaggle:
         self.uploaded: list[tuple] = []  # (competition, file name, bytes) of file submissions
         self.blobs: dict[str, dict] = {}  # upload token -> {"name", "data"}
         self.processing_polls = 1  # status answers "blobs_received" this often before "ready"
+        # Kernel sessions, when set: a pushed kernel RUNs for this many status polls, then is
+        # COMPLETE; max_running is the most that ran at once (Kaggle runs ~2 GPU sessions).
+        self.session_polls: int | None = None
+        self.sessions: dict[str, int] = {}  # owner/slug -> status polls left while RUNNING
+        self.max_running = 0
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -110,6 +115,9 @@ class FakeKaggle:
                    if k == body["slug"] and body["slug"] not in self.kernels]
         self.kernels[body["slug"]] = body
         self.versions += 1
+        if self.session_polls is not None:
+            self.sessions[body["slug"]] = self.session_polls
+            self.max_running = max(self.max_running, sum(left > 0 for left in self.sessions.values()))
         reply = {"ref": f"/code/{body['slug']}", "url": f"http://localhost/code/{body['slug']}",
                  "versionNumber": self.versions}
         if invalid:
@@ -187,6 +195,11 @@ class FakeKaggle:
         return 200, {"status": "ok", "ref": ref, "url": f"http://localhost/datasets/{ref}"}
 
     def on_GetKernelSessionStatus(self, body: dict):
+        slug = f"{body.get('userName')}/{body.get('kernelSlug')}"
+        if self.session_polls is not None and slug in self.sessions:
+            left = self.sessions[slug]
+            self.sessions[slug] = max(0, left - 1)
+            return 200, {"status": "RUNNING" if left > 0 else "COMPLETE"}
         reply = {"status": self.status}
         if self.failure:
             reply["failureMessage"] = self.failure

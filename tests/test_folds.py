@@ -157,3 +157,40 @@ def test_a_kill_in_the_middle_of_fold_2_resumes_it_and_ends_with_the_same_oof_bi
     b = pd.read_parquet(tmp_path / "killed" / "oof.parquet")
     assert a.equals(b)  # bit for bit
     assert pd.read_parquet(tmp_path / "clean" / "test.parquet").equals(pd.read_parquet(tmp_path / "killed" / "test.parquet"))
+
+
+def test_grouped_time_series_folds_never_split_a_date_and_validate_later_than_they_train():
+    """Windows of three series at 40 dates (one series starting later, as a store opened late):
+    plain TimeSeriesSplit puts one date's windows on both sides of a cut; Grouped never does,
+    and every validation date is later than every training date of its fold."""
+    dates = np.concatenate([np.arange(40), np.arange(40), np.arange(10, 40)])
+    order = np.argsort(dates, kind="stable")
+    when = dates[order]
+    plain = list(TimeSeriesSplit(4).split(np.zeros((len(when), 1))))
+    assert any(set(when[tr]) & set(when[va]) for tr, va in plain)  # what Grouped exists for
+    grouped = list(folds_mod.Grouped(TimeSeriesSplit(4)).split(None, groups=when))
+    assert len(grouped) == 4
+    for train, val in grouped:
+        assert when[train].max() < when[val].min()
+        assert np.isin(np.flatnonzero(np.isin(when, when[val])), val).all()  # whole dates
+    with pytest.raises(ValueError, match="pass groups="):
+        next(folds_mod.Grouped(TimeSeriesSplit(4)).split(None))
+
+
+def test_class_logits_keep_one_label_per_node_in_the_oof_file(tmp_path):
+    """Several classes (Cora's seven, three here): a row of logits per node, one label each;
+    oof.parquet holds a value per class (step) with the node's label beside each, and the CV
+    accuracy is scikit-learn's on the argmax of the concatenated OOF logits."""
+    from sklearn.metrics import accuracy_score
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, size=60)
+    logits = rng.normal(size=(60, 3)) + 2 * np.eye(3)[y] * (rng.random((60, 1)) < 0.7)
+    run = _start(tmp_path / "out")
+    cv = kk.folds.CrossValidation(run, "c", StratifiedKFold(4, shuffle=True, random_state=0), n=60, y=y)
+    result = cv.run(lambda f: {"oof": {"net": logits[f.val]}, "test": {"net": logits[:5]}}, config={},
+                    target=y, metric=lambda t, p: accuracy_score(t, p.argmax(1)), higher_is_better=True)
+    oof = pd.read_parquet(tmp_path / "out" / "oof.parquet")
+    assert len(oof) == 180 and oof.groupby("id")["target"].nunique().eq(1).all()
+    wide = oof.pivot(index="id", columns="step", values="net")
+    labels = oof.groupby("id")["target"].first()
+    assert result.scores["net"]["oof"] == accuracy_score(labels, wide.to_numpy().argmax(1))

@@ -32,8 +32,15 @@ def test_gnn_beats_the_baselines_on_the_builtin_graph_and_force_retrain_retrains
     assert first["best"].startswith(("GNN", "trees (features + GNN"))  # picked on validation
     assert first["search"]["trials"] == {"COMPLETE": 2} and first["fit"]["oom_count"] == 0
     assert first["fit"]["steps"] == first["fit"]["steps_this_session"] == 30  # steps, not epochs
+    switches = {f"cache:switch-{k}": "computed" for k in ("none", "accumulate=2", "grad_checkpointing")}
     assert first["chain"] == {"cache:pretrain": "computed", "pretrain": "trained", "fit": "trained",
-                              "cache:trees-seed0": "computed", "cache:trees_gnn-seed0": "computed"}
+                              "cache:trees-seed0": "computed", "cache:trees_gnn-seed0": "computed", **switches}
+    # Each speed switch timed against none, in one process: step time and peak memory, as ratios.
+    measured = {r["switch"]: r for r in first["speed_switches"]["measured"]}
+    assert list(measured) == ["none", "accumulate=2", "grad_checkpointing"]
+    assert all(r["step_ms"] > 0 and r["unit"] for r in measured.values())
+    assert measured["none"]["step_time_vs_none"] == 1.0 and measured["accumulate=2"]["accumulate"] == 2
+    assert first["speed_switches"]["not_measured"] == {"compile": "compile_model is off"}
     for png in ("pr_curve.png", "learning_curves.png"):
         assert (out / png).exists()
     assert_reads_as_a_report(out, "gnn_node_classification")
@@ -43,6 +50,7 @@ def test_gnn_beats_the_baselines_on_the_builtin_graph_and_force_retrain_retrains
     again = run({"smoke": True}, out)  # nothing changed: nothing trains
     assert again["fit"]["steps_this_session"] == 0 and again["chain"]["cache:pretrain"] == "hit"
     assert again["chain"]["cache:trees_gnn-seed0"] == "hit"
+    assert again["chain"]["cache:switch-grad_checkpointing"] == "hit"  # timed once, kept
     forced = run({"smoke": True, "force_retrain": True}, out)
     assert forced["fit"]["steps_this_session"] == 30 and forced["fit"]["resumed_from"] is None
     assert set(forced["chain"].values()) <= {"computed", "trained"}

@@ -164,3 +164,74 @@ def test_the_cycle_loop_runs_the_callers_steps_at_their_own_width(tmp_path):
     held = torch.load(saved[1], weights_only=True)  # cycles 8..15, each its own result
     assert len(held) == 8 and held[0].shape == (4, 512)
     assert torch.allclose(held[0], torch.full((4, 512), 8 % 7.0) @ w)
+
+class StandinGraphedFunction:
+    """cudagraph.GraphedFunction on CPU, with a capture's semantics and no graph: static input
+    buffers each call copies into, one static output every replay overwrites (a caller keeping
+    it without a copy would see every cycle turn into the last one), replays counted."""
+    made: list = []
+
+    def __init__(self, fn, example_inputs, warmup=3):
+        self.fn, self.replays = fn, 0
+        self.static_in = tuple(t.clone() for t in example_inputs)
+        for _ in range(warmup):
+            fn(*self.static_in)
+        self.static_out = fn(*self.static_in)
+        self.graph, self.status = object(), "cuda graph (CPU stand-in)"
+        StandinGraphedFunction.made.append(self)
+
+    def __call__(self, *inputs):
+        for buf, value in zip(self.static_in, inputs):
+            buf.copy_(value)
+        self.static_out.copy_(self.fn(*self.static_in))
+        self.replays += 1
+        return self.static_out
+
+
+def test_fifty_cycles_per_graph_replay_what_eager_cycles_compute(tmp_path, monkeypatch):
+    """130 cycles, 50 per graph: two replays of one 50-cycle graph and 30 cycles eagerly; every
+    cycle's result equals the synchronous loop's, bit for bit."""
+    import numpy as np
+    from kagglekit import cudagraph, cycles
+    monkeypatch.setattr(cudagraph, "GraphedFunction", StandinGraphedFunction)
+    StandinGraphedFunction.made = []
+    w = torch.randn(64, 64) / 8
+    cpu_step = lambda c: np.sin(np.arange(4 * 64, dtype=np.float32).reshape(4, 64) + c)  # noqa: E731
+    gpu_step = lambda x: torch.tanh(x @ w)  # noqa: E731
+    args = (cpu_step, gpu_step, 130, torch.device("cpu"))
+    graphed = cycles.run("cuda_graph", *args, graph_cycles=50, save_every=10, folder=tmp_path / "g")
+    eager = cycles.run("sync", *args, save_every=10, folder=tmp_path / "s")
+    assert (graphed["graph_cycles"], graphed["replays"], graphed["eager_cycles"]) == (50, 2, 30)
+    assert [g.replays for g in StandinGraphedFunction.made] == [2]
+    assert "cycles_per_s" in eager and graphed["cycles_per_s"] > 0
+    saved = sorted(p.name for p in (tmp_path / "g").glob("save-*.pt"))
+    assert saved == sorted(p.name for p in (tmp_path / "s").glob("save-*.pt")) and len(saved) == 13
+    for name in saved:
+        a = torch.load(tmp_path / "g" / name, weights_only=True)
+        b = torch.load(tmp_path / "s" / name, weights_only=True)
+        assert all(torch.equal(x, y) for x, y in zip(a, b)) and len(a) == len(b) == 10
+
+
+@pytest.mark.parametrize("cpu_ms, gpu_ms, cores, workers", [
+    (4.0, 0.5, 8, 7),  # the CPU part 8x the GPU step: as many as the cores allow less one
+    (2.0, 1.0, 8, 2),  # twice: two workers keep up
+    (0.2, 2.0, 8, 1),  # the GPU is the slower: one is enough
+    (4.0, 0.5, 2, 1),  # a 2-core machine: one core drives the GPU
+])
+def test_the_process_pool_gets_the_workers_a_cycles_times_ask_for(cpu_ms, gpu_ms, cores, workers):
+    from kagglekit import cycles
+    assert cycles.workers_for(cpu_ms / 1e3, gpu_ms / 1e3, cores)[0] == workers
+
+
+def test_the_pool_size_comes_from_a_measured_cycle(monkeypatch):
+    """A CPU part of 20 ms against an instant GPU step asks for every core but one; the
+    reverse for one worker (ratios far from any rounding edge: a loaded machine keeps them)."""
+    import numpy as np
+    from kagglekit import cycles
+    monkeypatch.setattr(cycles.os, "sched_getaffinity", lambda pid: set(range(4)))
+    slow_cpu = cycles.pool_workers(lambda c: time.sleep(0.02) or np.zeros(4, np.float32), lambda x: x,
+                                   torch.device("cpu"), probe=4)
+    slow_gpu = cycles.pool_workers(lambda c: np.zeros(4, np.float32), lambda x: time.sleep(0.02) or x,
+                                   torch.device("cpu"), probe=4)
+    assert (slow_cpu["workers"], slow_gpu["workers"]) == (3, 1)
+    assert slow_cpu["cpu_ms"] >= 20 and "4 core(s), one drives the GPU" in slow_cpu["why"]

@@ -134,6 +134,41 @@ def test_the_cli_prints_a_typo_as_one_line_and_starts_nothing(tmp_path):
         "to papermill (-p NAME VALUE) or to `make run P=...`."]
 
 
+def write_playground_folder(folder: Path, rows: int = 1500) -> None:
+    """A tabular competition's folder as Kaggle's Playground Series ship it: train.csv with an
+    ``id`` column, numeric columns with gaps, a text category with a gap, a free-text column,
+    the target as words; test.csv and sample_submission.csv beside it (not read)."""
+    import pandas as pd
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(rows, 4))
+    color = rng.choice(["red", "green", "blue"], size=rows)
+    score = x[:, 0] + x[:, 1] * x[:, 2] + (color == "red") * 1.5
+    frame = pd.DataFrame({"id": np.arange(rows), **{f"f{i}": x[:, i] for i in range(4)},
+                          "color": color, "note": [f"free text {i}" for i in range(rows)],
+                          "Status": np.where(score > 0.5, "approved", "declined")})
+    frame.loc[rng.random(rows) < 0.05, "f1"] = np.nan
+    frame.loc[rng.random(rows) < 0.05, "color"] = None
+    folder.mkdir(parents=True)
+    frame.to_csv(folder / "train.csv", index=False)
+    frame.drop(columns="Status").head(10).to_csv(folder / "test.csv", index=False)
+    pd.DataFrame({"id": range(10), "Status": "approved"}).to_csv(folder / "sample_submission.csv", index=False)
+
+
+@pytest.mark.slow
+def test_quickstart_reads_a_tabular_competitions_train_csv_through_data_dir(tmp_path):
+    write_playground_folder(tmp_path / "playground")
+    out = run_notebook(REPO / "notebooks" / "quickstart.ipynb",
+                       {"data_dir": str(tmp_path / "playground"), "target_column": "Status", "epochs": 6},
+                       output_dir=tmp_path / "q", progress=False)
+    m = _metrics(out)
+    accuracy = m["summary"][0]
+    assert accuracy["passed"] and accuracy["value"] > accuracy["baseline"] + 0.1, accuracy
+    executed = "".join(_text(o) for _, o in _outputs(out / "quickstart.ipynb"))
+    # four numeric columns and color one-hot: red, green, blue and its gap
+    assert "train.csv: 1,500 rows, 8 features, classes ['approved', 'declined']" in executed
+    assert "'id': 'a row id'" in executed and "'note': '1500 distinct values" in executed
+
+
 @pytest.mark.slow
 def test_a_missing_data_dir_fails_with_its_name(tmp_path):
     import papermill
@@ -351,6 +386,45 @@ def test_timeseries_on_a_long_table_rerun_hits_every_model_and_one_change_retrai
 
 
 @pytest.mark.slow
+def test_timeseries_folds_validate_later_than_they_train_and_finish_in_the_next_version(tmp_path):
+    """folds=3 with two folds per version: the first run trains folds 0-1 and reports no score,
+    the second trains fold 2 only (0-1 are hits) and then writes the OOF forecasts (every window
+    forecast by the fold that held it out, each fold validating on windows later than all of its
+    training windows) and the ensemble, whose weights are fitted on them."""
+    import pandas as pd
+    from test_timeseries import write_long_table
+    write_long_table(tmp_path / "data", suffix=".parquet")
+    path = REPO / "notebooks" / "timeseries_forecast.ipynb"
+    params = {"smoke": True, "data_dir": str(tmp_path / "data"), "time_column": "date",
+              "target_column": "sales", "feature_columns": "promo", "series_column": "store",
+              "period": 7, "folds": 3, "folds_per_version": 2}
+    out = run_notebook(path, params, output_dir=tmp_path / "ts", progress=False)
+    first = _metrics(out)
+    assert (first["cv_forecast"]["done"], first["cv_forecast"]["pending"]) == ([0, 1], [2])
+    assert first["summary"][0]["value"] is None and not (out / "oof.parquet").exists()
+    assert "folds 0-1 of 3 done, 2 next version" in first["summary"][0]["result"]
+
+    second = _metrics(run_notebook(path, params, output_dir=out, progress=False))
+    folds = {e["name"]: e["hit"] for e in second["cache"]["entries"] if e["name"].startswith("forecast-fold")}
+    assert folds == {"forecast-fold0": True, "forecast-fold1": True, "forecast-fold2": False}
+    cv = second["cv_forecast"]
+    assert cv["pending"] == [] and set(cv["scores"]) == {"lstm", "lstm_tuned", "xgboost", "lightgbm"}
+    assert all(len(s["per_fold"]) == 3 and s["oof"] > 0 for s in cv["scores"].values())
+    oof = pd.read_parquet(out / "oof.parquet")
+    assert set(oof.columns) == {"id", "step", "fold", "target", "lstm", "lstm_tuned", "xgboost", "lightgbm", "ensemble"}
+    assert sorted(oof["fold"].unique()) == [0, 1, 2] and oof.groupby("id").size().eq(12).all()
+    when = pd.to_datetime(oof["id"].str.split("|").str[1])
+    for k in (1, 2):  # a fold's first validated origin is after every origin it trained on
+        assert when[oof["fold"] == k].min() > when[oof["fold"] == k - 1].max()
+    assert abs(sum(second["ensemble_weights"].values()) - 1) < 1e-6
+    assert pd.read_csv(out / "submission.csv")["sales"].notna().all()
+    assert second["submission"]["model"] == "ensemble"  # what a blend of kernels reads
+    assert second["summary"][0]["value"] > 0
+    cv_lines = {h["result"].split(")")[0]: h["value"] for h in second["summary"] if h["result"].startswith("CV")}
+    assert cv_lines == {f"CV MAE ({m}": s["mean"] for m, s in cv["scores"].items()}
+
+
+@pytest.mark.slow
 def test_gpu_utilization_measures_each_strategy_and_says_what_it_skipped(tmp_path):
     out = run_notebook(REPO / "notebooks" / "gpu_utilization.ipynb", {"smoke": True},
                        output_dir=tmp_path / "gpu", progress=False)
@@ -361,6 +435,11 @@ def test_gpu_utilization_measures_each_strategy_and_says_what_it_skipped(tmp_pat
     assert set(measured) == expected and all(r["cycles_per_s"] > 0 for r in measured.values())
     if not torch.cuda.is_available():
         assert "CUDA graphs need CUDA tensors" in m["skipped"]["cuda_graph"]
+    else:  # the smoke run's 60 cycles at 50 per graph: one replay, 10 cycles eagerly
+        assert m["graphs"] == {"graph_cycles": 50, "replays": 1, "eager_cycles": 10}
+    pool = m["pool"]["process_pool"]  # sized by a measured cycle, never past the cores less one
+    import os
+    assert 1 <= pool["workers"] <= max(1, len(os.sched_getaffinity(0)) - 1) and "needs" in pool["why"]
     # Real memory (RSS on CPU): 60 results of 64 x 256 floats held = 3.9 MB, at most 20 (1.3 MB)
     # with savepoints, some of it reusing what earlier runs freed.
     peaks = m["memory_peak_mb"]

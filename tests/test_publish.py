@@ -180,26 +180,33 @@ def test_a_world_readable_kaggle_json_is_warned_about(tmp_path, monkeypatch):
         assert credentials.username() == "me"
 
 
-def test_compare_flags_a_score_that_moved_over_ten_percent_and_an_oom():
+def _kaggle_run(value: float, minutes: float, util: float | None = 80.0, **extra) -> dict:
+    fit = {"val_loss": 0.5, "oom_count": 0, "stopped": "completed", "precision_events": []}
+    if util is not None:
+        fit["gpu"] = {"gpu_util_pct": util}
+    return {"summary": [{"result": "test PR-AUC", "value": value}], "fit": fit,
+            "wall_seconds": 60.0 * minutes, "accelerator": {"ok": True}, **extra}
+
+
+@pytest.mark.parametrize("remote, verdict, reasons", [
+    (_kaggle_run(0.83, 45), "success", ["0.83 reaches 0.8", "1.2% (0.82 local", "45.0 min", "80% at the lowest"]),
+    (_kaggle_run(0.81, 75), "acceptable", ["1.2%", "75.0 min (success under 70"]),
+    (_kaggle_run(0.77, 50, util=45), "investigate", ["0.77 misses 0.8 (floor 0.7)", "6.1%", "45% at the lowest"]),
+    (_kaggle_run(0.84, 50, precision_events=[{"step": 9, "what": "fp16 overflow, rolled back"}]),
+     "investigate", ["1 precision events"]),
+    (_kaggle_run(0.65, 50), "fail", ["0.65 is under the floor 0.7", "20.7%"]),
+    (_kaggle_run(0.83, 50, accelerator={"ok": False, "found": []}), "fail", ["not the GPUs asked for"]),
+    ({"config": {}, "accelerator": {"ok": True}}, "fail", ["crashed or stopped"]),
+])
+def test_compare_judges_each_criterion_of_the_write_up_and_says_why(remote, verdict, reasons):
     from kagglekit.tools.publish import comparison as report
-    done = [{"result": "test Dice", "value": 0.8}]  # a summary: the run reached its last cell
-    local = {"fit": {"val_loss": 0.50, "oom_count": 0, "stopped": "completed"}, "test_dice": 0.80,
-             "wall_seconds": 100.0, "config": {"lr": 0.1}, "summary": done}
-    close = {"fit": {"val_loss": 0.505, "oom_count": 0, "stopped": "completed"}, "test_dice": 0.79,
-             "wall_seconds": 40.0, "summary": done, "accelerator": {"ok": True}}
-    ok = report.compare(local, close)
-    assert ok["ok"] and {r["metric"]: r["verdict"] for r in ok["rows"]} == \
-        {"fit.val_loss": "fine", "test_dice": "fine"}
-    assert ok["checks"]["GPU utilisation above 70%"] is None  # not measured: said so, not passed
-    bad = report.compare(local, {"fit": {"val_loss": 0.60, "oom_count": 2, "stopped": "time_budget"},
-                                 "test_dice": 0.70})
-    assert not bad["ok"]
-    assert bad["checks"] == {"a score is shared": True, "scores within 10%": False,
-                             "both runs finished": False, "finished within the time budget": False,
-                             "no out-of-memory": False, "Kaggle gave the GPUs asked for": None,
-                             "GPU utilisation above 70%": None}
-    text = report.markdown(bad, "demo")
-    assert "| fit.val_loss | 0.5 | 0.6 | +20.0% | FAIL |" in text and "Overall: FAILED" in text
+    local = {"summary": [{"result": "test PR-AUC", "value": 0.82}], "fit": {"val_loss": 0.5}}
+    result = report.compare(local, remote, {"target": 0.80, "floor": 0.70})
+    assert result["verdict"] == verdict and result["ok"] == (verdict != "fail")
+    text = report.markdown(result, "demo")
+    assert f"Overall: {verdict.upper()}" in text
+    for reason in reasons:
+        assert reason in text, text
 
 
 def test_make_compare_writes_the_report_next_to_the_kaggle_run(tmp_path):
@@ -214,6 +221,25 @@ def test_make_compare_writes_the_report_next_to_the_kaggle_run(tmp_path):
     assert (kaggle_run / "compare.md").exists() and (kaggle_run / "compare.png").exists()
 
 
+def test_make_compare_finds_a_metadata_variants_local_run_under_its_notebook(tmp_path):
+    """make run NB=gnn_elliptic writes runs/gnn_node_classification/<config>/: compare looks there,
+    and judges by the variant's own criteria (PR-AUC target 0.80)."""
+    runs = tmp_path / "runs"
+    config = {"data_dir": "ellipticco/elliptic-data-set", "hidden": 128}
+    summary = [{"result": "test PR-AUC", "value": 0.85}]
+    (runs / "gnn_node_classification" / "data_dir=elliptic-1").mkdir(parents=True)
+    (runs / "gnn_node_classification" / "data_dir=elliptic-1" / "metrics.json").write_text(
+        json.dumps({"config": config, "summary": summary}))
+    kaggle_run = runs / "kaggle" / "kagglekit-gnn-elliptic" / "v1"
+    kaggle_run.mkdir(parents=True)
+    (kaggle_run / "metrics.json").write_text(json.dumps(
+        {"config": config, "summary": [{"result": "test PR-AUC", "value": 0.75}], "wall_seconds": 1800,
+         "accelerator": {"ok": True}}))
+    done = _cli("compare", "gnn_elliptic", "--runs", str(runs), env=_clean_env({}))
+    assert done.returncode == 1, done.stdout + done.stderr  # 11.8% off the local run: a failure
+    assert "0.75 misses 0.8 (floor 0.7)" in done.stdout and "| difference from the local run | **FAIL** | 11.8%" in done.stdout
+
+
 def test_a_metadata_variant_names_a_kernel_of_its_notebook(monkeypatch):
     from kagglekit.tools import cli
     monkeypatch.chdir(REPO)
@@ -223,3 +249,18 @@ def test_a_metadata_variant_names_a_kernel_of_its_notebook(monkeypatch):
     assert cli._kaggle_parameters("gnn_elliptic")["data_dir"] == "ellipticco/elliptic-data-set"
     with pytest.raises(SystemExit, match="no notebook named 'nope'"):
         cli._kernels(["nope"])
+
+
+def test_make_clean_keeps_the_kaggle_outputs_make_output_downloaded(tmp_path):
+    import subprocess
+    shutil_copy = __import__("shutil").copy
+    shutil_copy(REPO / "Makefile", tmp_path / "Makefile")
+    for folder in ("runs/kaggle/kagglekit-quickstart/v3", "runs/quickstart/defaults-1", "runs/lab/blend",
+                   ".venv/bin", "build"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "runs/kaggle/kagglekit-quickstart/v3/metrics.json").write_text("{}")
+    subprocess.run(["make", "--no-print-directory", "clean"], cwd=tmp_path, check=True, capture_output=True)
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["kaggle"]
+    assert (tmp_path / "runs/kaggle/kagglekit-quickstart/v3/metrics.json").exists()
+    assert not (tmp_path / ".venv").exists() and not (tmp_path / "build").exists()
+    subprocess.run(["make", "--no-print-directory", "clean"], cwd=tmp_path, check=True, capture_output=True)

@@ -63,6 +63,22 @@ def test_pushing_goes_on_past_a_failure_and_pushing_all_needs_all(tmp_path):
     assert [b["slug"] for b in kaggle.pushed()] == ["tester/kagglekit-gpu-utilization", KERNEL]
 
 
+@pytest.mark.slow
+def test_pushing_six_kernels_runs_at_most_two_sessions_and_pushes_the_rest_as_sessions_end(tmp_path):
+    """Kaggle runs about two GPU batch sessions per account at a time: six pushes, each session
+    RUNNING for three status polls, never more than two at once, all six pushed in the end."""
+    six = ["blend", "gpu_utilization", "quickstart", "segmentation_3d", "sequence_models",
+           "timeseries_forecast"]
+    with FakeKaggle() as kaggle:
+        kaggle.session_polls = 3
+        env = {**_env(kaggle, tmp_path), "KAGGLEKIT_QUEUE_POLL_S": "0"}
+        done = _cli("push", *six, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(kaggle.pushed()) == 6 and kaggle.max_running == 2
+    assert "queue: running blend, gpu_utilization; waiting: quickstart, segmentation_3d" in done.stdout
+    assert "blend: COMPLETE: its session ended" in done.stdout
+
+
 def test_output_is_refused_while_running_and_filed_under_the_servers_version(tmp_path):
     with FakeKaggle() as kaggle:
         kaggle.kernels[KERNEL] = {"text": "{}", "newTitle": "t", "language": "python",
@@ -181,16 +197,16 @@ def test_compare_refuses_other_configs_and_fails_without_scores_or_gpus(tmp_path
     same = _cli("compare", "quickstart", "--runs", str(runs), env=env)
     assert same.returncode == 0, same.stdout + same.stderr
     assert "| fit.val_acc | 0.8 | 0.81 | +1.3% | fine |" in same.stdout
+    assert "| difference from the local run | success | 0.0% (0.8 local, 0.8 Kaggle" in same.stdout
     (kaggle_run / "metrics.json").write_text(json.dumps(
         {"config": {"epochs": 20, "lr": 0.003}, "summary": done, "fit": {"val_acc": 0.81},
          "accelerator": {"ok": False, "found": ["Tesla P100-PCIE-16GB"]}}))
     wrong_gpu = _cli("compare", "quickstart", "--runs", str(runs), env=env)
-    assert wrong_gpu.returncode == 1 and "Kaggle gave the GPUs asked for: **NO**" in wrong_gpu.stdout
+    assert wrong_gpu.returncode == 1 and "| GPUs | **FAIL** | Kaggle gave ['Tesla P100-PCIE-16GB']" in wrong_gpu.stdout
     (kaggle_run / "metrics.json").write_text(json.dumps(  # crashed after kk.start: no scores
         {"config": {"epochs": 20, "lr": 0.003}, "accelerator": {"ok": True}}))
     crashed = _cli("compare", "quickstart", "--runs", str(runs), env=env)
-    assert crashed.returncode == 1 and "a score is shared: **NO**" in crashed.stdout
-    assert "both runs finished: **NO**" in crashed.stdout
+    assert crashed.returncode == 1 and "| ran to the end | **FAIL** | no summary" in crashed.stdout
 
 
 def test_the_wheel_holds_what_git_knows_never_a_stale_module(tmp_path, monkeypatch):

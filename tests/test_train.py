@@ -179,3 +179,19 @@ def test_a_resumed_runs_progress_line_rates_only_this_sessions_steps(capsys, mon
     resumed.close()
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line.startswith("train: 40/40 steps, ") and 4.0 < float(line.split(", ")[1].split()[0]) <= 5.0
+
+
+@pytest.mark.parametrize("accumulate", [1, 3])
+def test_a_schedule_in_optimizer_steps_holds_with_accumulation(accumulate):
+    """kk.data.schedule counts optimizer steps: with 3 batches per step, 12 steps read 36
+    batches and validate every 2 steps, as without accumulation."""
+    torch.manual_seed(0)
+    ds = datasets.tabular(64 * 8, features=8, classes=2)
+    loader = data.make_loader(ds, 8, seed=0)  # 64 batches a pass
+    model = models.MLP(8, 16, 2)
+    seen = []
+    result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.01), loader,
+                    kk.supervised(F.cross_entropy), progress=False,
+                    on_epoch_end=lambda state: seen.append(state.step),
+                    **data.schedule(12, loader, 2, accumulate))
+    assert result.steps == 12 and seen == list(range(2, 13, 2))

@@ -13,6 +13,7 @@ from torch.nn import functional as F
 
 import kagglekit as kk
 from kagglekit import data, datasets, models, tune
+from kagglekit.search import sizing, studyreport
 
 JOB = Path(__file__).parent / "jobs" / "tune_job.py"
 
@@ -121,7 +122,7 @@ def test_optunas_plot_style_does_not_leak_into_the_runs_other_plots(tmp_path):
     from kagglekit.run.plots import _pyplot
     _pyplot()  # the kit's own headless backend choice is not what this test is about
     before = dict(matplotlib.rcParams)
-    study = tune.optimize(busy_objective, "style", tune.MIN_TRIALS_FOR_PLOTS, directory=tmp_path,
+    study = tune.optimize(busy_objective, "style", studyreport.MIN_TRIALS_FOR_PLOTS, directory=tmp_path,
                           workers=1)
     assert tune.summarize(study, tmp_path)["plots"]
     assert dict(matplotlib.rcParams) == before
@@ -164,3 +165,59 @@ def test_on_two_gpus_each_worker_runs_its_trials_on_its_own_card(tmp_path, monke
     placed = {(t.user_attrs["visible"], t.user_attrs["device"]) for t in study.trials}
     assert placed == {("0", "cuda:0"), ("1", "cuda:0")}  # one worker per card, each sees its own
     assert {t.user_attrs["trees"] for t in study.trials} == {"cuda"}
+
+
+def _sleeper(full_s: float):
+    """A trial whose work is its scale times ``full_s`` seconds (what steps x scale cost)."""
+    def objective(trial):
+        time.sleep(full_s * tune.trial_scale(trial))
+        return trial.suggest_float("x", 0, 1)
+    return objective
+
+
+def test_a_search_whose_first_trials_show_100_will_not_fit_runs_what_fits_at_a_quarter_size(tmp_path, capsys):
+    """100 trials of 0.5 s in 8 s: after two full-size trials the estimate (49 s for the rest)
+    is printed, the rest run at a quarter of their size, as many as fit, and the search stops
+    with the reason before the budget runs out, not in the middle of a trial."""
+    study = tune.optimize(_sleeper(0.5), "s", 100, directory=tmp_path, workers=1, time_budget=8.0,
+                          shrink=True)
+    scales = [t.user_attrs["scale"] for t in study.trials]
+    assert scales[:2] == [1.0, 1.0] and set(scales[2:]) == {tune.MIN_SCALE}
+    assert 2 < len(study.trials) < 100 and all(t.state.name == "COMPLETE" for t in study.trials)
+    out = capsys.readouterr().out
+    import re
+    assert re.search(r"98 trials left at 0\.5 s each \(full size, 1 worker\(s\)\) need \d+\.\d min; "
+                     r"0\.1 min left: each trial at 0\.25 of its size; \d+ trials of 100 fit", out), out
+    assert "(time budget: " in out
+
+
+def _probed_study(n_probes: int = 2, work_s: float = 1.0, cycle_s: float = 1.2):
+    """A study whose full-size trials each took ``work_s`` in the objective and ``cycle_s`` from
+    one start to the next (Optuna's storage and sampler the rest), the last ending now."""
+    import datetime
+    now = datetime.datetime.now()
+    study = optuna.create_study(study_name="probed")
+    for i in range(n_probes):
+        start = now - datetime.timedelta(seconds=cycle_s * (n_probes - i))
+        study.add_trial(optuna.trial.FrozenTrial(
+            number=i, trial_id=i, state=optuna.trial.TrialState.COMPLETE, value=1.0, values=None,
+            datetime_start=start, datetime_complete=start + datetime.timedelta(seconds=work_s),
+            params={}, distributions={}, user_attrs={"scale": 1.0, "work_s": work_s},
+            system_attrs={}, intermediate_values={}))
+    return study
+
+
+@pytest.mark.parametrize("n_trials, scale, total", [
+    (12, 0.8, 12),  # 10 left in 10 s of room: 1 s a trial, 0.2 s of it Optuna's -> 0.8 of the work
+    (3, 1.0, 3),  # one left: full size
+    (100, tune.MIN_SCALE, 2 + int(10 / (0.2 + 0.25))),  # a quarter size, as many as fit
+])
+def test_the_first_trials_measured_time_sizes_the_rest_to_fit_the_budget(n_trials, scale, total, capsys):
+    """The arithmetic behind shrink=True, on trials of known times (no clock in the test): the
+    objective's time shrinks with the scale, the cycle's rest does not; room is the time left
+    less a tenth."""
+    study = _probed_study()
+    got_scale, got_total = sizing.fit_to_budget(study, n_trials, 2, 0, kk.Budget(11.0), workers=1)
+    assert got_scale == pytest.approx(scale, abs=0.01) and got_total == total
+    assert study.user_attrs["scale"] == got_scale  # decided once, kept for the next trials
+    assert f"{n_trials - 2} trials left at 1.0 s each" in capsys.readouterr().out

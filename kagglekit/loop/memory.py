@@ -24,6 +24,47 @@ def peak_mb(device) -> float | None:
     return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
 
 
+_host_baseline: list = []  # resident MB when the host peak was last reset
+
+
+def _status_kb(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak_of(device) -> None:
+    """Start a peak measurement: the CUDA allocator's on a GPU; on CPU the process's resident
+    high-water mark (Linux resets it through /proc/self/clear_refs), from what it holds now."""
+    if _cuda(device):
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    release_host()  # freed heap handed back: the next peak is what is live, not reuse of it
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    _host_baseline[:] = [(_status_kb("VmRSS") or 0) / 1024]
+
+
+def peak_of(device) -> dict:
+    """The peak since ``reset_peak_of``: ``{"peak_mb", "unit"}``; on CPU the resident
+    high-water mark above what the process held at the reset (None without /proc)."""
+    if _cuda(device):
+        return {"peak_mb": peak_mb(device), "unit": "CUDA allocated"}
+    high = _status_kb("VmHWM")
+    if high is None or not _host_baseline:
+        return {"peak_mb": None, "unit": "resident (RSS) above the start"}
+    return {"peak_mb": round(max(0.0, high / 1024 - _host_baseline[0]), 1),
+            "unit": "resident (RSS) above the start"}
+
+
 def stats_mb(device) -> dict:
     """Allocated / reserved / peak in MB (empty on CPU)."""
     if not _cuda(device):

@@ -65,7 +65,8 @@ def working_dir(name: str, here: Where | None = None) -> Path:
     """The output folder of notebook ``name``; created if missing.
 
     ``KAGGLEKIT_OUTPUT`` wins (the runner sets it), then the Kaggle working dir,
-    then ``runs/<name>`` under the current directory.
+    then ``<KAGGLEKIT_RUNS>/<name>`` (``make lab`` sets it: a notebook opened there runs in
+    notebooks/), else ``runs/<name>`` under the current directory.
     """
     here = here or where()
     if os.environ.get("KAGGLEKIT_OUTPUT"):
@@ -73,7 +74,7 @@ def working_dir(name: str, here: Where | None = None) -> Path:
     elif here.on_kaggle:
         path = here.root / "working"
     else:
-        path = Path("runs") / name
+        path = Path(os.environ.get("KAGGLEKIT_RUNS") or "runs") / name
     path.mkdir(parents=True, exist_ok=True)
     return path.resolve()
 

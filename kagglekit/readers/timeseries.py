@@ -210,6 +210,14 @@ class Windows(torch.utils.data.Dataset):
         o = int(self.origins[i])
         return self.values[o - self.lookback:o], self.values[o:o + self.horizon, self.target]
 
+    def subset(self, index) -> "Windows":
+        """The windows at ``index`` (positions), e.g. a cross-validation fold's."""
+        part = Windows.__new__(Windows)
+        part.__dict__.update(self.__dict__)
+        index = torch.as_tensor(np.asarray(index), dtype=torch.long)
+        part.origins, part.series = self.origins[index], self.series[index]
+        return part
+
     def past(self) -> torch.Tensor:
         """Every window's past at once, (windows, lookback, channels), without a Python loop."""
         return self.values.unfold(0, self.lookback, 1)[self.origins - self.lookback].transpose(1, 2)

@@ -14,6 +14,7 @@ run must agree on is decided there, once, and travels in the ``Run`` it returns:
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -97,6 +98,17 @@ class Run(Report):
         self.chain[f"cache:{name}"] = "hit" if stats["hits"] > hits else "computed"
         self.log(cache=stats, chain=self.chain)
         return value
+
+    def sub(self, folder: str) -> "Run":
+        """A run of its own in ``<output>/<folder>`` (its cache, checkpoints, folds and
+        metrics.json), with this run's config, deadline, session and chain (what each unit
+        did, in both metrics.json files): one notebook producing what separate kernels would
+        (the blend's built-in sources)."""
+        output = self.output_dir / folder
+        output.mkdir(parents=True, exist_ok=True)
+        self.metrics["chain"] = self.chain  # its units' record is this session's too (one dict)
+        return dataclasses.replace(self, output_dir=output, metrics={}, _cache=None,
+                                   previous=_previous_metrics(output))
 
     def checkpoints(self, name: str = "model", **kwargs) -> CheckpointManager:
         """The checkpoints of fit ``name``: ``<output>/checkpoints/<name>``, also found in the

@@ -2,8 +2,9 @@
 
 ``CrossValidation(run, name, splitter, ...)`` splits the rows with one of scikit-learn's
 splitters (``KFold``, ``StratifiedKFold``, ``GroupKFold``, ``TimeSeriesSplit``: never
-written again) and saves the split with the run, so every kernel version sees the same folds
-(found again in the working dir or the previous version's output). ``cv.run(train_fold, ...)``
+written again; ``Grouped`` applies one to the distinct values of a group, such as dates) and
+saves the split with the run, so every kernel version sees the same folds (found again in the
+working dir or the previous version's output). ``cv.run(train_fold, ...)``
 treats each fold as a unit of work, like a fit:
 
 - done once: its predictions are cached (``run.cached``), later versions skip it (a hit);
@@ -66,6 +67,31 @@ def _ranges(indices: list[int]) -> str:
     return ", ".join(parts)
 
 
+class Grouped:
+    """A scikit-learn splitter applied to the distinct values of ``groups`` (sorted), every row
+    of a value then following it: ``Grouped(TimeSeriesSplit(5))`` over the forecast windows of
+    several series, grouped by their time stamp, never validates on a date it also trains on
+    (scikit-learn's own ``TimeSeriesSplit`` splits rows by position, and windows of different
+    series at one date straddle its cuts; its ``GroupKFold`` has no order in time)."""
+
+    def __init__(self, splitter):
+        self.splitter = splitter
+
+    def __repr__(self) -> str:
+        return f"Grouped({self.splitter!r})"
+
+    def get_n_splits(self, X=None, y=None, groups=None) -> int:
+        return self.splitter.get_n_splits()
+
+    def split(self, X, y=None, groups=None):
+        if groups is None:
+            raise ValueError("Grouped(...) splits the distinct values of groups: pass groups= "
+                             "(e.g. each row's time stamp) to CrossValidation")
+        values, which = np.unique(np.asarray(groups), return_inverse=True)
+        for train, val in self.splitter.split(np.zeros((len(values), 1))):
+            yield np.flatnonzero(np.isin(which, train)), np.flatnonzero(np.isin(which, val))
+
+
 class CrossValidation:
     """The folds of one run, and their work.
 
@@ -84,6 +110,7 @@ class CrossValidation:
         key = fingerprint([repr(splitter), n, _array(y), _array(groups), list(self.ids)])[:10]
         self.name, self.key = name, key
         self.folder = Path(run.output_dir) / "folds" / f"{name}-{key}"
+        self._written = None  # (target, test ids) of the OOF files once every fold is done
         self.folds = self._load_or_split(y, groups)
 
     def _load_or_split(self, y, groups) -> list[Fold]:
@@ -159,12 +186,25 @@ class CrossValidation:
             return CVResult(False, done, pending, message)
         oof, test = self._assemble(results)
         scores = _scores(oof, self.folds, _array(target), metric) if metric is not None else {}
+        self._written = (_array(target), test_ids)
         self._write(oof, test, results, _array(target), test_ids)
         message = f"all {count} folds done"
         self.context.log(**{f"cv_{self.name}": {"folds": count, "done": done, "pending": [],
                                              "scores": scores, "higher_is_better": higher_is_better}})
         print(f"kagglekit folds: {self.name}: {message}")
         return CVResult(True, done, [], message, oof, test, scores)
+
+    def add(self, result: CVResult, model: str, oof, test=None) -> None:
+        """A prediction made from the folds' own (an ensemble whose weights were fitted on the
+        OOF predictions) written beside theirs in oof.parquet / test.parquet: what a blend of
+        kernels reads when that is what the notebook submits."""
+        if not result.complete:
+            raise ValueError("add() needs every fold done: the OOF file does not exist yet")
+        result.oof[model] = np.asarray(oof, dtype=np.float64)
+        if test is not None:
+            result.test[model] = np.asarray(test, dtype=np.float64)
+        target, test_ids = self._written
+        self._write(result.oof, result.test, {}, target, test_ids)
 
     def _assemble(self, results: dict) -> tuple[dict, dict]:
         models = list(results[self.folds[0].index]["oof"])
@@ -213,8 +253,9 @@ def _long(ids: np.ndarray, predictions: dict, target) -> "pd.DataFrame":
     first = np.asarray(next(iter(predictions.values())))
     steps = int(np.prod(first.shape[1:])) if first.ndim > 1 else 1
     frame = pd.DataFrame({"id": np.repeat(ids, steps), "step": np.tile(np.arange(steps), len(ids))})
-    if target is not None:
-        frame["target"] = np.asarray(target, dtype=np.float64).reshape(-1)
+    if target is not None:  # one per value (a forecast's steps), or one per row (a class label)
+        target = np.asarray(target, dtype=np.float64).reshape(-1)
+        frame["target"] = np.repeat(target, steps) if len(target) == len(ids) else target
     for model, values in predictions.items():
         frame[model] = np.asarray(values, dtype=np.float64).reshape(-1)
     return frame

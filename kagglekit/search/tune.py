@@ -9,7 +9,9 @@
   retried (Optuna's RetryHeartbeatStaleTrialCallback).
 - Workers: one process per GPU (each sees only its GPU) or N on CPU. A file lock
   around "count, then ask" makes the total exact: no trial lost, none run twice.
-- A trial is only started when its measured duration still fits the time budget.
+- A trial is only started when its measured duration still fits the time budget;
+  ``shrink=True`` sizes the trials so that all of them fit (``sizing``).
+- ``summarize``: the best trials, every trial as CSV, Optuna's plots (``studyreport``).
 """
 from __future__ import annotations
 
@@ -25,12 +27,13 @@ from typing import Callable
 from ..machine import env
 from ..loop import progress
 from ..parallel import ranks
-from . import studystore
+from . import sizing, studystore
+from .sizing import MIN_SCALE, trial_scale  # noqa: F401 (kk.tune.trial_scale in objectives)
+from .studyreport import counts, summarize  # noqa: F401 (kk.tune.summarize in notebooks)
 from ..parallel.launcher import run_forked
 from ..machine.budget import Budget
 
 FINISHED = ("COMPLETE", "PRUNED")
-MIN_TRIALS_FOR_PLOTS = 5  # importances and history from fewer trials say nothing
 
 
 def storage_url(path: Path) -> str:
@@ -63,20 +66,14 @@ def _storage(url: str, heartbeat_s: int, grace_s: int, max_retry: int):
 
 
 def load_study(name: str, url: str, direction: str, *, sampler=None, pruner=None,
-               heartbeat_s: int = 10, grace_s: int = 30, max_retry: int = 3):
+               heartbeat_s: int = 10, grace_s: int = 30, max_retry: int = 3, **search):
+    """The study, created or continued (``search``: the search's own options, not the study's)."""
     import optuna
     return optuna.create_study(
         study_name=name, storage=_storage(url, heartbeat_s, grace_s, max_retry),
         direction=direction, sampler=sampler, load_if_exists=True,
         pruner=pruner if pruner is not None else optuna.pruners.MedianPruner(
             n_startup_trials=3, n_warmup_steps=1))
-
-
-def counts(study) -> dict:
-    out = {}
-    for t in study.get_trials(deepcopy=False):
-        out[t.state.name] = out.get(t.state.name, 0) + 1
-    return out
 
 
 def trial_seconds(study) -> float | None:
@@ -102,12 +99,19 @@ def _next_trial(study, url: str, lock: Path, n_trials: int, budget: Budget, opti
             return None, "target reached"
         if c.get("FAIL", 0) > max(3, n_trials):
             return None, "too many failed trials"
+        scale, total = 1.0, n_trials
+        if options.get("shrink"):
+            scale, total = sizing.fit_to_budget(study, n_trials, finished, running, budget, options["workers"])
+            if finished + running >= total:
+                return None, f"time budget: {total} of {n_trials} trials fit, at {scale:.2f} of their size"
         typical = trial_seconds(study)
-        if typical is not None and not budget.allows(1.2 * typical):
+        if typical is not None and not budget.allows(1.2 * typical * scale):
             return None, "time budget"
         # Optuna warns that heartbeats are meant for Study.optimize; _work records them.
         warnings.filterwarnings("ignore", message="Heartbeat of storage")
-        return study.ask(), None
+        trial = study.ask()
+        trial.set_user_attr("scale", scale)
+        return trial, None
 
 
 def _work(objective: Callable, name: str, url: str, direction: str, n_trials: int,
@@ -129,7 +133,10 @@ def _work(objective: Callable, name: str, url: str, direction: str, n_trials: in
         with studystore.heartbeat(study._storage, trial._trial_id, options.get("heartbeat_s", 10) / 2), \
                 progress.quiet():  # one line per trial, not a progress bar per fit
             try:
-                value = objective(trial)
+                try:
+                    value = objective(trial)
+                finally:  # the objective's own time: what a smaller trial shrinks
+                    trial.set_user_attr("work_s", time.monotonic() - started)
             except optuna.TrialPruned as pruned:
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
                 _say(trial, f"pruned ({pruned})", started)
@@ -177,7 +184,8 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
              direction: str = "maximize", workers: int | None = None, storage: str | None = None,
              time_budget=None, sampler=None, pruner=None, seed: int | None = 0,
              heartbeat_s: int = 10, grace_s: int = 30, max_retry: int = 3, key=None,
-             first_params: dict | None = None, run=None):
+             first_params: dict | None = None, run=None, shrink: bool = False,
+             budget_share: float = 1.0):
     """Run ``objective`` until the study holds ``n_trials`` finished trials in total.
 
     Args:
@@ -202,6 +210,11 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
         first_params: the first trial of a new study (say, the notebook's defaults), so
             the best of a short search is never worse on validation than its start.
         run: the run context (``kk.start``'s): its deadline bounds the search.
+        shrink: size trials to the time left (``sizing``): after two full-size trials the rest
+            run at the scale (``trial_scale``) that fits them all, or at MIN_SCALE as many as
+            fit; the estimate is printed. Pruned trials count as finished.
+        budget_share: the share of the time left the search may take (the rest is the final
+            training's), when the budget has a deadline.
     Returns the study (loaded in this process).
     """
     from ..machine.gpus import inventory
@@ -217,14 +230,16 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
         if adopted is not None:
             print(f"kagglekit tune: continuing the study found in {adopted}")
     url = studystore.resolve(storage) if storage else storage_url(db)  # never printed
+    gpus = len(inventory())
+    workers = workers or max(1, gpus)
     options = {"sampler": sampler, "pruner": pruner, "heartbeat_s": heartbeat_s,
-               "grace_s": grace_s, "max_retry": max_retry}
+               "grace_s": grace_s, "max_retry": max_retry, "shrink": shrink, "workers": workers}
     study = load_study(name, url, direction, **options)  # creates the tables once
     if first_params and not study.trials:
         study.enqueue_trial(first_params)
-    gpus = len(inventory())
-    workers = workers or max(1, gpus)
     budget = Budget.resolve(time_budget if time_budget is not None or run is None else run.budget())
+    if budget_share < 1.0 and budget.remaining() != float("inf"):
+        budget = Budget(deadline=time.time() + budget_share * max(0.0, budget.remaining()))
     args = (objective, name, url, direction, n_trials,
             directory / f".{name}.lock", budget, options, seed)
     if workers == 1:
@@ -250,68 +265,3 @@ def pruning_hook(trial, monitor: str = "val_loss"):
         if trial.should_prune():
             raise optuna.TrialPruned(f"pruned at epoch {state.epoch} ({monitor}={value:.4g})")
     return hook
-
-
-def summarize(study, output_dir: Path | str, prefix: str = "tune") -> dict:
-    """Best parameters (JSON), every trial (CSV), Optuna's own plots; a summary dict."""
-    import csv
-    import io
-
-    from ..state import atomic
-    output_dir = Path(output_dir)
-    trials = study.get_trials(deepcopy=False)
-    params = sorted({k for t in trials for k in t.params})
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(["number", "state", "value", "seconds", *params])
-    for t in trials:
-        seconds = (t.datetime_complete - t.datetime_start).total_seconds() \
-            if t.datetime_complete and t.datetime_start else ""
-        writer.writerow([t.number, t.state.name, t.value, seconds, *(t.params.get(p) for p in params)])
-    atomic.write_bytes(output_dir / f"{prefix}_trials.csv", buf.getvalue().encode())
-    completed = [t for t in trials if t.state.name == "COMPLETE"]
-    summary = {"study": study.study_name, "trials": counts(study)}
-    _show_best(study, completed)
-    if completed:
-        summary.update(best_value=study.best_value, best_params=study.best_params,
-                       best_trial=study.best_trial.number)
-        atomic.write_json(output_dir / f"{prefix}_best_params.json", study.best_params)
-    summary["plots"] = []
-    if len(completed) >= MIN_TRIALS_FOR_PLOTS:
-        summary["plots"] = _plots(study, output_dir, prefix)
-    else:
-        print(f"kagglekit tune: {len(completed)} completed trial(s): too few for Optuna's plots "
-              f"(they need {MIN_TRIALS_FOR_PLOTS} to say anything)")
-    return summary
-
-
-def _show_best(study, completed: list, top: int = 5) -> None:
-    """The best trials as a table in the notebook (the whole list is in the CSV)."""
-    from ..machine import display
-    reverse = study.direction.name == "MAXIMIZE"
-    best = sorted(completed, key=lambda t: t.value, reverse=reverse)[:top]
-    display.show_table([{"trial": t.number, "value": t.value, **t.params} for t in best])
-
-
-def _plots(study, output_dir: Path, prefix: str) -> list[str]:
-    from optuna.visualization import matplotlib as ovm
-
-    from ..run.plots import _pyplot
-    from ..run.context import save_figure
-    plt = _pyplot()
-    made = []
-    for name, plot in (("history", ovm.plot_optimization_history),
-                       ("importances", ovm.plot_param_importances),
-                       ("parallel", ovm.plot_parallel_coordinate)):
-        # rc_context: Optuna switches matplotlib to its "ggplot" style globally; keep it local.
-        with warnings.catch_warnings(), plt.rc_context():
-            warnings.simplefilter("ignore")  # Optuna marks these "experimental"
-            try:
-                ax = plot(study)
-            except Exception as err:  # noqa: BLE001 - e.g. one parameter only: no importances
-                print(f"kagglekit tune: no {name} plot ({type(err).__name__}: {err})")
-                continue
-            fig = (ax.flat[0] if hasattr(ax, "flat") else ax).figure
-            path = save_figure(fig, output_dir / f"{prefix}_{name}.png")
-        made.append(path.name)
-    return made

@@ -8,8 +8,12 @@ writes results out at savepoints:
 
 - sync: one cycle at a time; the CPU waits for the GPU's answer every cycle.
 - batched: the CPU part of k cycles, then one GPU step on all k at once.
-- cuda_graph: the GPU step captured once as a CUDA graph and replayed (GPU only).
-- process_pool: the CPU part in worker processes, overlapping the GPU steps.
+- cuda_graph: ``graph_cycles`` GPU steps (one per cycle, in order) captured once as one CUDA
+  graph and replayed every ``graph_cycles`` cycles: one launch for N cycles' kernels, as the
+  write-up does (50 cycles per graph, 10 graphs for 500); a remainder runs eagerly (GPU only).
+- process_pool: the CPU part in worker processes, overlapping the GPU steps; as many workers as
+  the measured CPU and GPU times of a cycle say keep the GPU fed (``pool_workers``), within the
+  machine's cores less the one that drives the GPU.
 
 Memory is the process's: resident set size from /proc on CPU (freed heap memory
 handed back with ``memory.release_host`` so that it measures what is live), the CUDA
@@ -66,46 +70,91 @@ class Savepoints:
         self.curve.append(memory_mb(self.device) - self.start_mb)
 
 
+def in_order(gpu_step, n: int):
+    """One function doing ``n`` cycles' GPU steps in order (row i is cycle i's input): what
+    one CUDA graph captures for ``n`` cycles."""
+    def steps(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([gpu_step(x[i:i + 1]) for i in range(n)])
+    return steps
+
+
+def workers_for(cpu_s: float, gpu_s: float, cores: int) -> tuple[int, int]:
+    """(workers, workers needed): CPU time over GPU time per cycle, rounded up, within the
+    cores less the one that drives the GPU, at least one."""
+    needed = int(np.ceil(cpu_s / max(gpu_s, 1e-9) - 1e-9))
+    return max(1, min(needed, cores - 1)), needed
+
+
+def pool_workers(cpu_step, gpu_step, device: torch.device, probe: int = 8) -> dict:
+    """Worker processes for the process-pool strategy, from a measured cycle: enough that
+    their CPU parts together keep up with the GPU steps (CPU time / GPU time per cycle), at
+    most the cores less the one that drives the GPU, at least one."""
+    t_cpu = t_gpu = 0.0
+    for i in range(probe):
+        t0 = time.perf_counter()
+        x = torch.from_numpy(np.stack([cpu_step(i)])).to(device)
+        t1 = time.perf_counter()
+        gpu_step(x)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t2 = time.perf_counter()
+        t_cpu, t_gpu = t_cpu + (t1 - t0), t_gpu + (t2 - t1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers, needed = workers_for(t_cpu / probe, t_gpu / probe, cores)
+    return {"workers": workers, "cpu_ms": round(1e3 * t_cpu / probe, 3), "gpu_ms": round(1e3 * t_gpu / probe, 3),
+            "why": f"a cycle's CPU part {1e3 * t_cpu / probe:.2f} ms against its GPU step "
+                   f"{1e3 * t_gpu / probe:.2f} ms needs {needed} worker(s); {cores} core(s), one drives the GPU"}
+
+
 def run(strategy: str, cpu_step, gpu_step, cycles: int, device: torch.device, *,
-        batch_cycles: int = 8, save_every: int = 0, folder: Path) -> dict:
+        batch_cycles: int = 8, graph_cycles: int = 50, save_every: int = 0, folder: Path) -> dict:
     """``cycles`` cycles one way: cycles/s, utilisation, breakdown, verdict, memory."""
-    graphed = None
+    graphed, extra = None, {}
     if strategy == "cuda_graph":
-        example = torch.from_numpy(np.stack([cpu_step(0)])).to(device)
-        graphed = cudagraph.GraphedFunction(gpu_step, (example,))
+        n = max(1, min(graph_cycles, cycles))
+        example = torch.from_numpy(np.stack([cpu_step(i) for i in range(n)])).to(device)
+        graphed = cudagraph.GraphedFunction(in_order(gpu_step, n), (example,))
         if graphed.graph is None:
             return {"strategy": strategy, "skipped": graphed.status}
+        extra = {"graph_cycles": n, "replays": cycles // n, "eager_cycles": cycles % n}
+    if strategy == "process_pool":
+        extra = {"pool": pool_workers(cpu_step, gpu_step, device)}
     save = Savepoints(save_every, folder, device)
     started = time.perf_counter()
     global _POOL_STEP
     _POOL_STEP = cpu_step  # read by the forked workers: any callable works, a closure or lambda too
-    pool_ctx = mp.get_context("fork").Pool(2) if strategy == "process_pool" else contextlib.nullcontext()
+    pool_ctx = (mp.get_context("fork").Pool(extra["pool"]["workers"]) if strategy == "process_pool"
+                else contextlib.nullcontext())
+    k = batch_cycles if strategy == "batched" else extra.get("graph_cycles", 1)
     with monitor.GPUSampler(interval_s=0.1) as sampler, pool_ctx as pool:
-        t_cpu, t_gpu = _cycles(strategy, cpu_step, graphed or gpu_step, cycles, device,
-                               batch_cycles, save, pool)
+        t_cpu, t_gpu = _cycles(cpu_step, gpu_step, graphed, cycles, device, k, save, pool)
     wall = time.perf_counter() - started
-    steps = cycles if strategy != "batched" else -(-cycles // batch_cycles)
+    steps = -(-cycles // k)
     breakdown = _breakdown(t_cpu, t_gpu, wall, steps)
     gpu = sampler.summary()
     verdict = monitor.diagnose(breakdown, gpu)
     return {"strategy": strategy, "cycles_per_s": round(cycles / wall, 1),
             "gpu_util_pct": gpu.get("util_mean"), "verdict": verdict["verdict"],
             "advice": verdict["advice"], "breakdown": breakdown, "gpu": gpu,
-            "memory_curve_mb": save.curve, "cycle_s": save.cycle_s}
+            "memory_curve_mb": save.curve, "cycle_s": save.cycle_s, **extra}
 
 
-def _cycles(strategy, cpu_step, gpu_step, cycles, device, k, save: Savepoints, pool):
-    """The loop itself; seconds spent on the CPU part and on the GPU part."""
+def _cycles(cpu_step, gpu_step, graphed, cycles, device, k, save: Savepoints, pool):
+    """The loop itself, ``k`` cycles per GPU call (batched: one step on k rows; a graph: its
+    k captured steps in one replay, a shorter remainder eagerly); seconds on each part."""
     t_cpu = t_gpu = 0.0
     results = pool.imap(_pool_step, range(cycles), chunksize=8) if pool else None
     done = 0
     while done < cycles:
-        n = min(k if strategy == "batched" else 1, cycles - done)
+        n = min(k, cycles - done)
         t0 = time.perf_counter()
         feats = [next(results) if results else cpu_step(done + i) for i in range(n)]
         x = torch.from_numpy(np.stack(feats)).to(device)
         t1 = time.perf_counter()
-        out = gpu_step(x)
+        if graphed is not None:
+            out = graphed(x) if n == k else in_order(gpu_step, n)(x)
+        else:
+            out = gpu_step(x)
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # the answer the CPU waits for (the write-up's sync)
         t2 = time.perf_counter()
@@ -133,10 +182,11 @@ def _breakdown(t_cpu: float, t_gpu: float, wall: float, steps: int) -> dict:
 
 
 def study(cpu_step, gpu_step, cycles: int, device: torch.device, *, batch_cycles: int,
-          save_every: int, folder: Path) -> list[dict]:
+          save_every: int, folder: Path, graph_cycles: int = 50) -> list[dict]:
     """Every strategy on the same cycles, savepoints on; one row each."""
     return [run(s, cpu_step, gpu_step, cycles, device, batch_cycles=batch_cycles,
-                save_every=save_every, folder=Path(folder) / s) for s in STRATEGIES]
+                graph_cycles=graph_cycles, save_every=save_every, folder=Path(folder) / s)
+            for s in STRATEGIES]
 
 
 def savepoint_study(cpu_step, gpu_step, cycles: int, device: torch.device, *, save_every: int,

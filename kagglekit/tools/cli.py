@@ -157,7 +157,7 @@ def cmd_push(args) -> int:
               "to push every notebook: each push starts a GPU session of your weekly quota.",
               file=sys.stderr)
         return 2
-    return commands.push_all(_names(args), args.accelerator)
+    return commands.push_all(_names(args), args.accelerator, sessions=args.sessions)
 
 
 def cmd_status(args) -> int:
@@ -274,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         if name == "push":
             p.add_argument("--accelerator", default="NvidiaTeslaT4")
             p.add_argument("--all", action="store_true", help="push every notebook (ALL=1)")
+            p.add_argument("--sessions", type=int, default=2,
+                           help="GPU sessions of these kernels running at once (SESSIONS=; Kaggle's ~2)")
         if name == "status":
             p.add_argument("--wait", action="store_true", help="poll until done, with back-off")
             p.add_argument("--timeout", type=float, default=12 * 3600)

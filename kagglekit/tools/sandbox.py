@@ -175,10 +175,20 @@ def verdict(version: int, chain: dict, previous: dict | None = None) -> tuple[bo
     text = "; ".join(f"{did}: {', '.join(labels)}" for did, labels in sorted(groups.items()))
     earlier = previous or {}
     retrained = [label for label in groups.get("trained", []) + groups.get("computed", [])
-                 if version > 1 and earlier.get(label, "done") != "pending"]
+                 if version > 1 and not _left_pending(label, earlier)]
     if retrained:
         return False, f"FAILED: trained again from scratch: {', '.join(retrained)} ({text})"
     return True, f"ok ({text or 'no fits'})"
+
+
+def _left_pending(label: str, earlier: dict) -> bool:
+    """Was ``label`` left for this version: pending itself, or a unit inside a pending one (a
+    fold's own models, ``cache:trees-gnn-fold2`` inside ``cache:gnn-fold2``) that no earlier
+    version reached? Anything an earlier version recorded otherwise was finished there."""
+    if label in earlier:
+        return earlier[label] == "pending"
+    pending = [p.split(":", 1)[-1] for p, did in earlier.items() if did == "pending"]
+    return any(label.endswith("-" + name) for name in pending)
 
 
 def _chain_of(output: Path | None) -> dict:

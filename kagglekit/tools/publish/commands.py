@@ -5,7 +5,10 @@ Each command takes the notebook names and parsed options, talks to Kaggle only t
 """
 from __future__ import annotations
 
+import json
+import os
 import sys
+import time
 from pathlib import Path
 
 from . import credentials, kaggle_cli, metadata
@@ -28,8 +31,16 @@ def build_all(names: list[str]) -> int:
     return 0
 
 
-def push_all(names: list[str], accelerator: str) -> int:
-    """Every check passes before the first upload; one failed push does not stop the rest."""
+SESSIONS = 2  # GPU batch sessions Kaggle runs at once per account (more wait in its queue)
+POLL_ENV = "KAGGLEKIT_QUEUE_POLL_S"  # seconds between status polls while pushes wait (tests)
+
+
+def push_all(names: list[str], accelerator: str, sessions: int = SESSIONS, sleep=time.sleep) -> int:
+    """Every check passes before the first upload; one failed push does not stop the rest.
+    At most ``sessions`` of these kernels run at once: the next is pushed when one ends."""
+    if sessions < 1:
+        print(f"error: --sessions {sessions}: at least one session must run", file=sys.stderr)
+        return 2
     problem = metadata.check_shape(accelerator)
     if problem:
         print(f"error: --accelerator: {problem}", file=sys.stderr)
@@ -41,22 +52,53 @@ def push_all(names: list[str], accelerator: str) -> int:
     except (kaggle_cli.KaggleError, wheels.WheelError) as err:
         print(f"error: the wheels dataset: {err}", file=sys.stderr)
         return 1
-    results = []
-    for name, folder in zip(names, folders):
-        try:
-            pushed = kaggle_cli.push(folder, accelerator=accelerator)
-        except kaggle_cli.KaggleError as err:
-            print(f"{name}: push FAILED: {err}", file=sys.stderr)
-            results.append((name, "FAILED", str(err).splitlines()[0]))
+    results, running = [], {}
+    queue = list(zip(names, folders))
+    poll_s = float(os.environ.get(POLL_ENV, 60))
+    while queue:
+        running = _still_running(running)
+        if len(running) >= sessions:
+            print(f"queue: running {', '.join(running)}; waiting: {', '.join(n for n, _ in queue)} "
+                  f"(at most {sessions} sessions at once; next check in {poll_s:g} s)", flush=True)
+            sleep(poll_s)
             continue
-        for line in pushed.warnings + pushed.problems:
-            print(f"{name}: warning: {line}", file=sys.stderr)
-        state = "pushed with problems" if pushed.problems else "pushed"
-        results.append((name, state, f"version {pushed.version} -> {pushed.url}"))
-        print(f"pushed {folder.name}: version {pushed.version} -> {pushed.url}")
+        name, folder = queue.pop(0)
+        result = _push_one(name, folder, accelerator)
+        results.append(result)
+        if result[1] != "FAILED":
+            running[name] = json.loads((folder / "kernel-metadata.json").read_text())["id"]
     if len(results) > 1:
         print("\n".join(["", "push summary:"] + [f"  {n}: {s} ({d})" for n, s, d in results]))
     return 0 if all(state == "pushed" for _, state, _ in results) else 1
+
+
+def _push_one(name: str, folder: Path, accelerator: str) -> tuple[str, str, str]:
+    try:
+        pushed = kaggle_cli.push(folder, accelerator=accelerator)
+    except kaggle_cli.KaggleError as err:
+        print(f"{name}: push FAILED: {err}", file=sys.stderr)
+        return name, "FAILED", str(err).splitlines()[0]
+    for line in pushed.warnings + pushed.problems:
+        print(f"{name}: warning: {line}", file=sys.stderr)
+    print(f"pushed {folder.name}: version {pushed.version} -> {pushed.url}", flush=True)
+    state = "pushed with problems" if pushed.problems else "pushed"
+    return name, state, f"version {pushed.version} -> {pushed.url}"
+
+
+def _still_running(running: dict) -> dict:
+    """The pushed kernels whose session has not ended (a status that cannot be read counts
+    as running: pushing past the account's limit would only queue on Kaggle's side)."""
+    left = {}
+    for name, kernel in running.items():
+        try:
+            state = kaggle_cli.status(kernel).state
+        except kaggle_cli.KaggleError:
+            state = "UNKNOWN"
+        if state not in kaggle_cli.DONE:
+            left[name] = kernel
+        else:
+            print(f"{name}: {state}: its session ended", flush=True)
+    return left
 
 
 def _publish_wheels(names: list[str], owner: str) -> None:

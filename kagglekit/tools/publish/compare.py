@@ -1,6 +1,7 @@
 """``make compare NB=``: a local run against the Kaggle run of the same configuration.
 
-Only like with like: the local run compared is one whose parameters equal the Kaggle
+Judged by the write-up's criteria (``comparison.CRITERIA``, a notebook's own under ``criteria``
+in its kernel metadata), one verdict each, printed and written to compare.md. Only like with like: the local run compared is one whose parameters equal the Kaggle
 run's (``make run NB=<name> KAGGLE=1`` makes it); without one the comparison is
 refused, naming the parameters that differ, instead of blaming the platform for a
 configuration's effect.
@@ -26,10 +27,11 @@ def _local_runs(folder: Path) -> list[dict]:
 
 def compare_notebook(name: str, runs_root: Path) -> bool:
     """Print the comparison of notebook ``name`` and write compare.md beside the Kaggle run."""
-    slug = metadata.load(Path("kernel-metadata") / f"{name}.json")["slug"]
-    remote_files = sorted((runs_root / "kaggle" / slug).glob("*/metrics.json"),
+    meta = metadata.load(Path("kernel-metadata") / f"{name}.json")
+    remote_files = sorted((runs_root / "kaggle" / meta["slug"]).glob("*/metrics.json"),
                           key=lambda p: p.stat().st_mtime)
-    local_runs = _local_runs(runs_root / name)
+    # make run writes a metadata variant's runs (gnn_elliptic) under its notebook's name
+    local_runs = _local_runs(runs_root / meta.get("notebook", name))
     if not remote_files or not local_runs:
         print(f"{name}: need a local run (make run NB={name} KAGGLE=1) and a downloaded Kaggle run "
               f"(make output NB={name})", file=sys.stderr)
@@ -44,7 +46,7 @@ def compare_notebook(name: str, runs_root: Path) -> bool:
               f"differs in {'; '.join(closest)}. Run `make run NB={name} KAGGLE=1` to make one.",
               file=sys.stderr)
         return False
-    result = report.compare(matching[-1], remote)
+    result = report.compare(matching[-1], remote, meta.get("criteria"))
     path = report.write(result, remote_files[-1].parent, f"{name}: local vs Kaggle")
     print(path.read_text())
     return result["ok"]

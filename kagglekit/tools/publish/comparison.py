@@ -1,14 +1,26 @@
-"""Local run against Kaggle run: metric deltas, times, and the success criteria.
+"""Local run against Kaggle run: metric deltas, and the write-up's criteria, one verdict each.
 
-Criteria (from the product's success criteria): a score within 2% of the local
-run is fine, over 5% is worth investigating, over 10% is a failure; the run met
-its time budget (it finished); GPU utilisation above 70% where measured; no OOM.
+Each criterion ends in ``success``, ``acceptable`` (between success and investigate),
+``investigate``, ``fail`` or ``not measured``, with its reason; the comparison's verdict is the
+worst of them. The thresholds are the write-up's (``CRITERIA``); a notebook's kernel metadata
+may set its own under ``criteria`` (the GNN's headline target: PR-AUC >= 0.80, floor 0.70):
+
+- ran to the end: no summary (a crash) fails; stopped at the time budget is to investigate;
+- headline metric (the summary's first result) against ``target`` (success) and ``floor``
+  (under it: fail); between them: investigate;
+- its difference from the local run: under 2% success, past 5% investigate, past 10% fail;
+- the Kaggle run's wall time: under 70 minutes success, past 90 investigate;
+- GPU utilisation: above 70% success, under 50% investigate; no GPU seen fails;
+- out-of-memory events fail; mixed-precision events (an fp16 overflow rolled back) investigate.
 """
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+CRITERIA = {"target": None, "floor": None, "higher_is_better": True,
+            "difference": [0.02, 0.05, 0.10], "minutes": [70, 90], "gpu_util": [70, 50]}
+ORDER = ["success", "not measured", "acceptable", "investigate", "fail"]
 SCORE_WORDS = ("loss", "acc", "dice", "mae", "rmse", "auc", "score", "f1")
 FINE, INVESTIGATE, FAIL = 0.02, 0.05, 0.10
 
@@ -54,13 +66,13 @@ def finished(metrics: dict) -> bool:
     return bool(metrics.get("summary")) and not _stopped_by_budget(metrics)
 
 
-def compare(local: dict, remote: dict) -> dict:
-    """Score deltas, time ratio and the criteria; ``ok`` is False on any failure.
+def compare(local: dict, remote: dict, criteria: dict | None = None) -> dict:
+    """Score deltas (every shared score, for reading) and the criteria's verdicts.
 
     A like-for-like comparison: runs of different configurations are refused before
-    (``config_differences``); here a comparison with no shared score, a run that did not
-    finish, or a Kaggle session without the GPUs asked for fails.
+    (``config_differences``). ``ok`` is False when any criterion fails.
     """
+    rules = {**CRITERIA, **(criteria or {})}
     a, b = flatten(local), flatten(remote)
     rows = []
     for key in sorted(set(a) & set(b)):
@@ -69,19 +81,108 @@ def compare(local: dict, remote: dict) -> dict:
         rel = (b[key] - a[key]) / abs(a[key]) if a[key] else (0.0 if b[key] == 0 else math.inf)
         rows.append({"metric": key, "local": a[key], "kaggle": b[key], "relative": rel,
                      "verdict": verdict(rel)})
-    accelerator = remote.get("accelerator", {})
-    checks = {
-        "a score is shared": bool(rows),
-        "scores within 10%": bool(rows) and all(r["verdict"] != "FAIL" for r in rows),
-        "both runs finished": finished(local) and finished(remote),
-        "finished within the time budget": not _stopped_by_budget(remote),
-        "no out-of-memory": all(v == 0 for k, v in b.items() if k.endswith("oom_count")),
-        "Kaggle gave the GPUs asked for": accelerator.get("ok") if accelerator else None,
-    }
-    util = [v for k, v in b.items() if "gpu_util" in k]
-    checks["GPU utilisation above 70%"] = (min(util) > 70) if util else None  # None: not measured
-    return {"rows": rows, "checks": checks, "ok": all(v is not False for v in checks.values()),
+    judged = [_ran(remote), _headline(remote, rules), _difference(local, remote, rules),
+              _minutes(remote, rules), _gpus(remote, b, rules), _oom(b), _precision(remote)]
+    worst = max((c["verdict"] for c in judged), key=ORDER.index)
+    return {"rows": rows, "criteria": judged, "verdict": worst, "ok": worst != "fail",
             "wall_seconds": {"local": a.get("wall_seconds"), "kaggle": b.get("wall_seconds")}}
+
+
+def _judge(name: str, verdict: str, reason: str) -> dict:
+    return {"criterion": name, "verdict": verdict, "reason": reason}
+
+
+def _ran(remote: dict) -> dict:
+    if not remote.get("summary"):
+        return _judge("ran to the end", "fail", "no summary: the Kaggle run crashed or stopped before "
+                                                "its last cell (make logs shows where)")
+    if _stopped_by_budget(remote):
+        return _judge("ran to the end", "investigate", "a fit stopped at the time budget")
+    return _judge("ran to the end", "success", "reached the summary")
+
+
+def _head(metrics: dict):
+    summary = metrics.get("summary") or [{}]
+    value = summary[0].get("value")
+    return (summary[0].get("result", "headline"), value) if isinstance(value, (int, float)) else (None, None)
+
+
+def _headline(remote: dict, rules: dict) -> dict:
+    name, value = _head(remote)
+    if value is None:
+        return _judge("headline metric", "fail" if rules["target"] is not None else "not measured",
+                      "the Kaggle run has no headline value")
+    if rules["target"] is None:
+        return _judge(f"headline metric ({name})", "not measured", f"{value:.4g}; no target set")
+    sign = 1 if rules["higher_is_better"] else -1
+    floor = rules["floor"] if rules["floor"] is not None else rules["target"]
+    if sign * value >= sign * rules["target"]:
+        return _judge(f"headline metric ({name})", "success", f"{value:.4g} reaches {rules['target']:g}")
+    if sign * value < sign * floor:
+        return _judge(f"headline metric ({name})", "fail", f"{value:.4g} is under the floor {floor:g}")
+    return _judge(f"headline metric ({name})", "investigate",
+                  f"{value:.4g} misses {rules['target']:g} (floor {floor:g})")
+
+
+def _difference(local: dict, remote: dict, rules: dict) -> dict:
+    (_, mine), (_, theirs) = _head(local), _head(remote)
+    if mine is None or theirs is None:
+        return _judge("difference from the local run", "not measured", "a run has no headline value")
+    rel = abs(theirs - mine) / abs(mine) if mine else (0.0 if theirs == mine else math.inf)
+    fine, look, fail = rules["difference"]
+    verdict = "fail" if rel > fail else "investigate" if rel > look else "acceptable" if rel > fine else "success"
+    return _judge("difference from the local run", verdict,
+                  f"{100 * rel:.1f}% ({mine:.4g} local, {theirs:.4g} Kaggle; success under "
+                  f"{100 * fine:g}%, investigate past {100 * look:g}%, fail past {100 * fail:g}%)")
+
+
+def _minutes(remote: dict, rules: dict) -> dict:
+    seconds = remote.get("wall_seconds")
+    if not isinstance(seconds, (int, float)):
+        return _judge("wall time", "not measured", "no wall_seconds in the Kaggle run")
+    fast, slow = rules["minutes"]
+    minutes = seconds / 60
+    verdict = "investigate" if minutes > slow else "acceptable" if minutes >= fast else "success"
+    return _judge("wall time", verdict, f"{minutes:.1f} min (success under {fast}, investigate past {slow})")
+
+
+def _gpus(remote: dict, flat: dict, rules: dict) -> dict:
+    accelerator = remote.get("accelerator", {})
+    if accelerator and not accelerator.get("ok"):
+        return _judge("GPUs", "fail", f"Kaggle gave {accelerator.get('found') or 'no GPU'}, not the GPUs asked for")
+    if not accelerator and not remote.get("env", {}).get("gpus", True):
+        return _judge("GPUs", "fail", "no GPU seen")
+    util = [v for k, v in flat.items() if "gpu_util" in k]
+    if not util:
+        return _judge("GPU utilisation", "not measured",
+                      "no utilisation sampled")
+    good, poor = rules["gpu_util"]
+    low = min(util)
+    verdict = "investigate" if low < poor else "acceptable" if low <= good else "success"
+    return _judge("GPU utilisation", verdict, f"{low:.0f}% at the lowest (success above {good}%, "
+                                              f"investigate under {poor}%)")
+
+
+def _oom(flat: dict) -> dict:
+    count = sum(v for k, v in flat.items() if k.endswith("oom_count"))
+    return _judge("out of memory", "fail" if count else "success", f"{int(count)} out-of-memory events")
+
+
+def _precision(remote: dict) -> dict:
+    events = []
+
+    def walk(obj):
+        if isinstance(obj, dict):
+            events.extend(obj.get("precision_events") or [])
+            for v in obj.values():
+                walk(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                walk(v)
+    walk(remote)
+    if events:
+        return _judge("mixed precision", "investigate", f"{len(events)} precision events, e.g. {events[0]}")
+    return _judge("mixed precision", "success", "no precision event")
 
 
 def _stopped_by_budget(metrics: dict) -> bool:
@@ -102,10 +203,12 @@ def markdown(result: dict, title: str) -> str:
         lines.append(f"| {r['metric']} | {r['local']:.4g} | {r['kaggle']:.4g} | "
                      f"{100 * r['relative']:+.1f}% | {r['verdict']} |")
     t = result["wall_seconds"]
-    lines += ["", f"Wall time: local {t['local']} s, Kaggle {t['kaggle']} s.", "", "## Criteria", ""]
-    for name, ok in result["checks"].items():
-        lines.append(f"- {name}: " + ("not measured" if ok is None else "yes" if ok else "**NO**"))
-    lines += ["", f"Overall: {'OK' if result['ok'] else 'FAILED'}", ""]
+    lines += ["", f"Wall time: local {t['local']} s, Kaggle {t['kaggle']} s.", "", "## Criteria", "",
+              "| criterion | verdict | why |", "| --- | --- | --- |"]
+    for c in result["criteria"]:
+        mark = f"**{c['verdict'].upper()}**" if c["verdict"] in ("fail", "investigate") else c["verdict"]
+        lines.append(f"| {c['criterion']} | {mark} | {c['reason']} |")
+    lines += ["", f"Overall: {result['verdict'].upper()}", ""]
     return "\n".join(lines)
 
 

@@ -19,7 +19,7 @@ _MODEL = re.compile(r"^[^/\s]+/[^/\s]+/[^/\s]+/[^/\s]+/\d+$")
 KNOWN = {"slug", "title", "notebook", "is_private", "enable_internet", "enable_tpu",
          "machine_shape", "docker_image_pinning_type", "dataset_sources", "competition_sources",
          "kernel_sources", "model_sources", "keywords", "resume_from_previous_version",
-         "parameters", "sandbox", "wheels", "code_competition"}
+         "parameters", "sandbox", "wheels", "code_competition", "criteria"}
 PINNING = ("original", "latest")  # keep the image a kernel first ran on, or take the newest
 
 
@@ -86,6 +86,7 @@ def validate(meta: dict, path: Path, notebooks_dir: Path = Path("notebooks")) ->
                                              "false (a file competition: its submission file is "
                                              "uploaded)"))
     _check_parameters(meta, notebook, problems)
+    _check_criteria(meta.get("criteria", {}), problems)
     wheels = meta.get("wheels", [])
     if not (isinstance(wheels, list) and all(isinstance(w, str) and w for w in wheels)):
         problems.append(("wheels", "must be a list of package names Kaggle's image lacks "
@@ -93,6 +94,19 @@ def validate(meta: dict, path: Path, notebooks_dir: Path = Path("notebooks")) ->
     if problems:
         lines = "\n".join(f"  {path}: {field}: {why}" for field, why in problems)
         raise MetadataError(f"invalid kernel metadata:\n{lines}")
+
+
+def _check_criteria(criteria, problems: list) -> None:
+    """``criteria``: what ``make compare`` judges this kernel by (comparison.CRITERIA's keys)."""
+    from .comparison import CRITERIA
+    if not isinstance(criteria, dict):
+        problems.append(("criteria", "must be an object, e.g. {\"target\": 0.80, \"floor\": 0.70}"))
+        return
+    for key in sorted(set(criteria) - set(CRITERIA)):
+        problems.append(("criteria", f"{key!r} is not a criterion; known: {', '.join(CRITERIA)}"))
+    for key in ("target", "floor"):
+        if key in criteria and not isinstance(criteria[key], (int, float)):
+            problems.append(("criteria", f"{key} must be a number (the headline metric's)"))
 
 
 def _check_parameters(meta: dict, notebook: Path, problems: list) -> None:
