@@ -30,7 +30,8 @@ def _new_files() -> set[str]:
     out = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"],
                          cwd=REPO, capture_output=True, text=True).stdout
     return {line[3:] for line in out.splitlines() if line[:2] in ("??", "!!")
-            and not line[3:].startswith((".venv/", ".sandbox/")) and "__pycache__" not in line}
+            and not line[3:].startswith((".venv/", ".sandbox/", ".pytest_cache/"))  # pytest's own
+            and "__pycache__" not in line}
 
 
 def pytest_sessionstart(session):

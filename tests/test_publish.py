@@ -264,3 +264,14 @@ def test_make_clean_keeps_the_kaggle_outputs_make_output_downloaded(tmp_path):
     assert (tmp_path / "runs/kaggle/kagglekit-quickstart/v3/metrics.json").exists()
     assert not (tmp_path / ".venv").exists() and not (tmp_path / "build").exists()
     subprocess.run(["make", "--no-print-directory", "clean"], cwd=tmp_path, check=True, capture_output=True)
+
+
+def test_the_wheels_dataset_holds_wheels_for_kaggles_python_not_this_one(tmp_path, monkeypatch):
+    """Kaggle's image runs CPython 3.12 on manylinux x86_64; this machine's Python may differ:
+    a compiled package's wheel is fetched for the image's interpreter (MarkupSafe: cp312)."""
+    import sys
+    from kagglekit.tools.publish import wheels
+    monkeypatch.setattr(wheels, "pinned", lambda package: "3.0.2")
+    found = wheels.fetch(["markupsafe"], tmp_path)["markupsafe"]
+    assert "-cp312-cp312-" in found.name and "manylinux" in found.name and "x86_64" in found.name
+    assert sys.version_info[:2] == (3, 12) or f"cp3{sys.version_info[1]}" not in found.name

@@ -21,6 +21,11 @@ import sys
 import time
 from pathlib import Path
 
+# The interpreter and platform of Kaggle's image, which the wheels are for (never the local one):
+# CPython 3.12 on manylinux x86_64 (Kaggle/docker-python's base; see sandbox/kaggle-image.txt).
+KAGGLE_TARGET = ["--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
+                 "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
+                 "--platform", "any"]
 SLUG = "kagglekit-wheels"
 TITLE = "kagglekit wheels"
 REQUIREMENTS = Path("requirements.txt")
@@ -50,19 +55,27 @@ def wheel_name(package: str, version: str) -> str:
     return f"{re.sub(r'[-.]+', '_', package)}-{version}-"
 
 
+def _wheels_of(folder: Path, package: str, version: str) -> list[Path]:
+    """The wheels of ``package==version`` in ``folder`` (names as pip normalises them:
+    ``MarkupSafe-3.0.2-...`` is markupsafe's)."""
+    prefix = wheel_name(package, version).lower()
+    return sorted(p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix))
+
+
 def fetch(packages: list[str], folder: Path) -> dict[str, Path]:
-    """Each package's pinned wheel in ``folder`` (pure-Python or manylinux, no dependencies:
-    the image has those); already there, it is not fetched again."""
+    """Each package's pinned wheel for Kaggle's interpreter in ``folder`` (pure-Python or
+    manylinux, no dependencies: the image has those); already there, it is not fetched again."""
     folder.mkdir(parents=True, exist_ok=True)
     found = {}
     for package in packages:
         version = pinned(package)
-        have = sorted(folder.glob(wheel_name(package, version) + "*.whl"))
+        have = _wheels_of(folder, package, version)
         if not have:
             done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                                   "--only-binary=:all:", "-d", str(folder), f"{package}=={version}"],
+                                   "--only-binary=:all:", *KAGGLE_TARGET, "-d", str(folder),
+                                   f"{package}=={version}"],
                                   capture_output=True, text=True)
-            have = sorted(folder.glob(wheel_name(package, version) + "*.whl"))
+            have = _wheels_of(folder, package, version)
             if done.returncode != 0 or not have:
                 raise WheelError(f"could not fetch the wheel of {package}=={version}:\n"
                                  f"{done.stderr.strip()[-1500:]}")
