@@ -86,14 +86,17 @@ def _push_one(name: str, folder: Path, accelerator: str) -> tuple[str, str, str]
 
 
 def _still_running(running: dict) -> dict:
-    """The pushed kernels whose session has not ended (a status that cannot be read counts
-    as running: pushing past the account's limit would only queue on Kaggle's side)."""
+    """The pushed kernels whose session has not ended. A status that cannot be read counts as
+    ended, with a warning: waiting on it could wait forever, and a push past the account's
+    limit only waits in Kaggle's own queue."""
     left = {}
     for name, kernel in running.items():
         try:
             state = kaggle_cli.status(kernel).state
-        except kaggle_cli.KaggleError:
-            state = "UNKNOWN"
+        except kaggle_cli.KaggleError as err:
+            print(f"{name}: warning: its status cannot be read ({str(err).splitlines()[0]}); "
+                  "counted as ended", file=sys.stderr)
+            continue
         if state not in kaggle_cli.DONE:
             left[name] = kernel
         else:
