@@ -195,3 +195,13 @@ def test_a_schedule_in_optimizer_steps_holds_with_accumulation(accumulate):
                     on_epoch_end=lambda state: seen.append(state.step),
                     **data.schedule(12, loader, 2, accumulate))
     assert result.steps == 12 and seen == list(range(2, 13, 2))
+
+
+def test_a_run_shorter_than_its_evaluation_interval_still_evaluates_at_its_end():
+    torch.manual_seed(0)
+    loader = data.make_loader(datasets.tabular(512, features=8, classes=2), 8, seed=0)
+    model = models.MLP(8, 16, 2)
+    seen = []
+    kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.01), loader, kk.supervised(F.cross_entropy),
+           progress=False, on_epoch_end=lambda state: seen.append(state.step), **data.schedule(5, loader, 100))
+    assert seen == [5]

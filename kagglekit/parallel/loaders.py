@@ -157,13 +157,15 @@ def to_device(batch, device: torch.device, non_blocking: bool = True):
 
 def schedule(steps: int, loader, steps_between_evals: int, accumulate: int = 1) -> dict:
     """``fit`` arguments for a schedule counted in optimizer steps: ``steps`` in all,
-    an evaluation (and checkpoint) every ``steps_between_evals`` steps, or every pass
-    over ``loader`` when that is shorter; ``accumulate`` batches make one step.
+    an evaluation (and checkpoint) every ``steps_between_evals`` steps (at the end when the
+    run is shorter), or every pass over ``loader`` when that is shorter; ``accumulate``
+    batches make one step.
     ``fit(..., **schedule(200, loader, 10))``."""
     if steps < 1 or steps_between_evals < 1 or accumulate < 1:
         raise ValueError(f"steps={steps}, steps_between_evals={steps_between_evals} and "
                          f"accumulate={accumulate} must be >= 1")
-    per_epoch = min(len(loader), steps_between_evals * accumulate)  # batches
+    # batches per epoch; an interval longer than the run still evaluates once, at its end
+    per_epoch = min(len(loader), min(steps, steps_between_evals) * accumulate)
     steps_per_epoch = max(per_epoch // accumulate, 1)
     return {"epochs": -(-steps // steps_per_epoch), "limit_batches": per_epoch, "max_steps": steps,
             "accumulate": accumulate}

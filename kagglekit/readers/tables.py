@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from .timeseries import TableError, _find_file
+from .timeseries import TableError, find_file
 
 MAX_CATEGORIES = 50  # a text column with more distinct values is free text or an id: dropped
 
@@ -26,7 +26,7 @@ def find(path: Path, name: str = "") -> Path:
         trains = sorted(p for p in path.iterdir() if p.stem == "train" and p.suffix.lower() in (".csv", ".parquet"))
         if trains:
             return trains[0]
-    return _find_file(path, name)
+    return find_file(path, name)
 
 
 def read_labelled(path, target: str, name: str = "") -> tuple[TensorDataset, dict]:

@@ -22,7 +22,7 @@ class TableError(ValueError):
     """The table or the parameters naming its columns do not fit together."""
 
 
-def _find_file(path: Path, name: str) -> Path:
+def find_file(path: Path, name: str) -> Path:
     """``path`` itself, or the table in the folder ``path`` (``name`` when several)."""
     if path.is_file():
         return path
@@ -108,7 +108,7 @@ def read_table(path, *, time: str, target: str, features=(), series: str = "",
     a missing column and the parameter that names it, or a repeated (series, time).
     """
     import pandas as pd
-    file = _find_file(Path(path), name)
+    file = find_file(Path(path), name)
     read = pd.read_csv if file.suffix.lower() == ".csv" else pd.read_parquet
     frame = read(file)
     series_columns = [c.strip() for c in series.split(",") if c.strip()]

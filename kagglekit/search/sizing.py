@@ -29,12 +29,14 @@ def trial_scale(trial) -> float:
     return float(trial.user_attrs.get("scale", 1.0))
 
 
-def _finished(study) -> list:
+def finished_trials(study) -> list:
+    """The complete and pruned trials that have both their times."""
     return [t for t in study.get_trials(deepcopy=False)
             if t.state.name in FINISHED and t.datetime_complete and t.datetime_start]
 
 
-def _seconds(t) -> float:
+def seconds(t) -> float:
+    """A finished trial's time from ask to tell."""
     return (t.datetime_complete - t.datetime_start).total_seconds()
 
 
@@ -45,12 +47,12 @@ def fit_to_budget(study, n_trials: int, finished: int, running: int, budget: Bud
     rest of a trial (Optuna's storage, the heartbeat) does not. After that, the total follows
     the time the shrunk trials really take."""
     room = max(0.0, budget.remaining()) * workers / 1.1  # a tenth kept back for the slowest
-    done = _finished(study)
+    done = finished_trials(study)
     if "scale" in study.user_attrs:
         scale = study.user_attrs["scale"]
-        at_scale = [_seconds(t) for t in done if t.user_attrs.get("scale", 1.0) == scale]
-        seconds = statistics.median(at_scale) if at_scale else None
-        total = n_trials if seconds is None else min(n_trials, finished + running + int(room / seconds))
+        at_scale = [seconds(t) for t in done if t.user_attrs.get("scale", 1.0) == scale]
+        typical = statistics.median(at_scale) if at_scale else None
+        total = n_trials if typical is None else min(n_trials, finished + running + int(room / typical))
         return scale, total
     probes = [t for t in done if t.user_attrs.get("scale", 1.0) == 1.0 and "work_s" in t.user_attrs]
     left = n_trials - finished - running
@@ -61,7 +63,7 @@ def fit_to_budget(study, n_trials: int, finished: int, running: int, budget: Bud
     # less its objective's time: what a smaller trial does not shrink.
     # (Probes of an earlier session leave a gap between them: then ask-to-tell time alone.)
     since = min(t.datetime_start.timestamp() for t in probes)
-    cycle = min((time.time() - since) / len(probes), 3 * statistics.median(_seconds(t) for t in probes))
+    cycle = min((time.time() - since) / len(probes), 3 * statistics.median(seconds(t) for t in probes))
     overhead = max(0.0, cycle - statistics.fmean(t.user_attrs["work_s"] for t in probes))
     scale = min(1.0, (room / left - overhead) / full) if full > 0 else 1.0
     total = n_trials

@@ -28,12 +28,11 @@ from ..machine import env
 from ..loop import progress
 from ..parallel import ranks
 from . import sizing, studystore
-from .sizing import MIN_SCALE, trial_scale  # noqa: F401 (kk.tune.trial_scale in objectives)
+from .sizing import FINISHED, MIN_SCALE, trial_scale  # noqa: F401 (kk.tune.trial_scale in objectives)
 from .studyreport import counts, summarize  # noqa: F401 (kk.tune.summarize in notebooks)
 from ..parallel.launcher import run_forked
 from ..machine.budget import Budget
 
-FINISHED = ("COMPLETE", "PRUNED")
 
 
 def storage_url(path: Path) -> str:
@@ -78,9 +77,7 @@ def load_study(name: str, url: str, direction: str, *, sampler=None, pruner=None
 
 def trial_seconds(study) -> float | None:
     """Median duration of the finished trials (None before the first)."""
-    durations = [(t.datetime_complete - t.datetime_start).total_seconds()
-                 for t in study.get_trials(deepcopy=False)
-                 if t.state.name in FINISHED and t.datetime_complete and t.datetime_start]
+    durations = [sizing.seconds(t) for t in sizing.finished_trials(study)]
     return statistics.median(durations) if durations else None
 
 
@@ -136,7 +133,8 @@ def _work(objective: Callable, name: str, url: str, direction: str, n_trials: in
                 try:
                     value = objective(trial)
                 finally:  # the objective's own time: what a smaller trial shrinks
-                    trial.set_user_attr("work_s", time.monotonic() - started)
+                    if options.get("shrink"):
+                        trial.set_user_attr("work_s", time.monotonic() - started)
             except optuna.TrialPruned as pruned:
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
                 _say(trial, f"pruned ({pruned})", started)

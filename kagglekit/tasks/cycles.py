@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..machine import env
 from ..state import atomic
 from ..loop import cudagraph, memory, monitor
 
@@ -99,7 +100,7 @@ def pool_workers(cpu_step, gpu_step, device: torch.device, probe: int = 8) -> di
             torch.cuda.synchronize(device)
         t2 = time.perf_counter()
         t_cpu, t_gpu = t_cpu + (t1 - t0), t_gpu + (t2 - t1)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = env.cpus()
     workers, needed = workers_for(t_cpu / probe, t_gpu / probe, cores)
     return {"workers": workers, "cpu_ms": round(1e3 * t_cpu / probe, 3), "gpu_ms": round(1e3 * t_gpu / probe, 3),
             "why": f"a cycle's CPU part {1e3 * t_cpu / probe:.2f} ms against its GPU step "
