@@ -205,3 +205,48 @@ def test_a_run_shorter_than_its_evaluation_interval_still_evaluates_at_its_end()
     kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.01), loader, kk.supervised(F.cross_entropy),
            progress=False, on_epoch_end=lambda state: seen.append(state.step), **data.schedule(5, loader, 100))
     assert seen == [5]
+
+
+class _Crash(Exception):
+    """A session that dies between two steps."""
+
+
+def test_the_epoch_loss_is_the_mean_of_its_step_losses_across_a_resume_between_two_sums(tmp_path):
+    """Step losses are summed 16 at a time (LoopState.add_loss): an epoch of 50 steps ends
+    between two sums, and a checkpoint at step 21 holds the five steps not yet summed."""
+    seen = []
+
+    def recorded(m, batch):
+        loss = LOSS(m, batch)
+        seen.append(float(loss.detach()))
+        return loss
+
+    def run(model, ckpt, **hooks):
+        return kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                      data.make_loader(ds, 8, num_workers=0, seed=0), recorded, epochs=2,
+                      checkpoints=ckpt, progress=False, **hooks)
+
+    ds, model = _setup(n=400)  # 50 steps of 8 an epoch
+    whole = run(model, CheckpointManager(tmp_path / "whole", search=[]))
+    means = [sum(seen[:50]) / 50, sum(seen[50:]) / 50]
+    assert [h["train_loss"] for h in whole.history] == pytest.approx(means, rel=1e-6)
+
+    def crash_after_saving_step_21(state):
+        if state.step == 21:
+            state.request_checkpoint()
+        if state.step == 22:
+            raise _Crash
+
+    _, model = _setup(n=400)
+    seen.clear()
+    ckpt = CheckpointManager(tmp_path / "crashed", search=[])
+    with pytest.raises(_Crash):
+        run(model, ckpt, on_step_end=crash_after_saving_step_21)
+    before = seen[:21]  # the loss of step 22 died with the session
+    seen.clear()
+    resumed = run(model, ckpt)
+    assert resumed.steps_this_session == 100 - 21
+    steps = before + seen
+    assert [h["train_loss"] for h in resumed.history] == pytest.approx(
+        [sum(steps[:50]) / 50, sum(steps[50:]) / 50], rel=1e-6)
+    assert [h["train_loss"] for h in resumed.history] == pytest.approx(means, rel=1e-6)

@@ -221,3 +221,21 @@ def test_the_first_trials_measured_time_sizes_the_rest_to_fit_the_budget(n_trial
     assert got_scale == pytest.approx(scale, abs=0.01) and got_total == total
     assert study.user_attrs["scale"] == got_scale  # decided once, kept for the next trials
     assert f"{n_trials - 2} trials left at 1.0 s each" in capsys.readouterr().out
+
+
+def test_a_search_that_only_fails_stops_with_its_error_and_the_fixed_one_carries_on(tmp_path):
+    """The failures of earlier sessions (a bug since fixed) never stop the search that
+    follows the fix; a session whose first trials all fail stops there, saying why."""
+    def broken(trial):
+        trial.suggest_float("x", 0, 1)
+        raise KeyError("lr_max")  # the notebook's typo
+
+    for _ in range(2):  # two sessions before the fix: 6 failed trials, more than n_trials
+        with pytest.raises(tune.SearchFailed, match=r"first 3 trials of this session failed.*"
+                                                    r"fix the objective.*KeyError: 'lr_max'"):
+            tune.optimize(broken, "fixed", 4, directory=tmp_path, workers=1)
+    assert tune.counts(tune.load_study("fixed", tune.storage_url(tmp_path / "fixed.db"),
+                                       "maximize")) == {"FAIL": 6}
+    study = tune.optimize(lambda t: t.suggest_float("x", 0, 1), "fixed", 4, directory=tmp_path,
+                          workers=1)
+    assert tune.counts(study) == {"FAIL": 6, "COMPLETE": 4}

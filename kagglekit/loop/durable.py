@@ -174,7 +174,7 @@ class Durable:
     def check_finite(self, agree: bool = False) -> None:
         """Act on a NaN/inf loss seen since the last check (one host sync): raise
         NonFiniteLoss, or under automatic fp16 roll back to fp32 (raises RolledBack)."""
-        found = self.guard.found(self.state.loss_sum, self.state.step)
+        found = self.guard.found(self.state.summed_loss(), self.state.step)
         bad = ranks.agree([found is not None], self.parts.device)[0] if agree else found is not None
         if not bad:
             return

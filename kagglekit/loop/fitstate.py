@@ -13,6 +13,8 @@ import torch
 
 from . import monitor
 
+SUM_EVERY = 16  # step losses summed at once (LoopState.add_loss)
+
 
 @dataclass
 class EarlyStopping:
@@ -49,7 +51,7 @@ class LoopState:
     step: int = 0
     epoch: int = 0
     batches_done: int = 0  # batches of ``epoch`` already trained on
-    loss_sum: float = 0.0  # running train loss of the epoch (sum of step means)
+    loss_sum: float = 0.0  # train loss of the epoch (sum of step means); read summed_loss()
     loss_steps: int = 0
     samples: int = 0  # samples trained on in this session (for samples/s)
     epoch_samples: int = 0  # samples of the current epoch on this rank
@@ -60,9 +62,27 @@ class LoopState:
     precision_events: list = field(default_factory=list)
     length: dict | None = None  # the length it trains to (schedule.Length.as_dict())
     stopped: str = ""  # why a finished run stopped (completed, early_stopping, ...)
-    # Not saved: set by hooks.
+    # Not saved: set by hooks; the step losses not yet in ``loss_sum``.
     stop_requested: bool = False
     save_requested: bool = False
+    unsummed: list = field(default_factory=list, repr=False)
+
+    def add_loss(self, loss) -> None:
+        """Count one step's mean loss (a tensor on the device; no host sync).
+
+        Summed ``SUM_EVERY`` at a time: one stack-and-add per 16 steps instead of an
+        add per step, a kernel launch per step saved on a GPU."""
+        self.unsummed.append(loss)
+        self.loss_steps += 1
+        if len(self.unsummed) >= SUM_EVERY:
+            self.summed_loss()
+
+    def summed_loss(self):
+        """The epoch's loss sum, the steps not yet summed included."""
+        if self.unsummed:
+            self.loss_sum = self.loss_sum + torch.stack(self.unsummed).sum()
+            self.unsummed.clear()
+        return self.loss_sum
 
     def request_stop(self) -> None:
         self.stop_requested = True
@@ -71,7 +91,7 @@ class LoopState:
         self.save_requested = True
 
     def to_dict(self) -> dict:
-        loss = float(self.loss_sum)
+        loss = float(self.summed_loss())
         return {"step": self.step, "epoch": self.epoch, "batches_done": self.batches_done,
                 "loss_sum": loss, "loss_steps": self.loss_steps, "history": self.history,
                 "split": self.split, "oom_events": self.oom_events,

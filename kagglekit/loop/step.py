@@ -13,6 +13,7 @@ Two ways to sync gradients under DDP:
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 
 import torch
@@ -22,6 +23,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from ..parallel import ranks
 
 OOM_ERRORS = (torch.cuda.OutOfMemoryError,)
+_SYNC = contextlib.nullcontext()  # gradients sync as usual (one stateless object for every step)
 
 
 class OutOfMemoryFloor(RuntimeError):
@@ -71,6 +73,13 @@ def split_batch(batch, parts: int) -> list:
                     "give it a batch_size (seed nodes first) or pass oom_backoff=False")
 
 
+@functools.lru_cache(maxsize=None)
+def _is_ddp(cls: type) -> bool:
+    """DDP's class check, once per model class: DDP is an ABC (``Joinable``), so
+    ``isinstance`` takes abc's slow path, on every step."""
+    return issubclass(cls, torch.nn.parallel.DistributedDataParallel)
+
+
 def backward(model, batches: list, loss_fn, policy, scaler, *, split: int = 1,
              sync: str = "ddp", graphs=None) -> torch.Tensor:
     """Forward and backward over ``batches`` (each cut into ``split`` chunks).
@@ -78,24 +87,25 @@ def backward(model, batches: list, loss_fn, policy, scaler, *, split: int = 1,
     Returns the mean loss (detached). Gradients are averaged as if the whole group
     were one batch. ``graphs``: an active ``cudagraph.GraphedModel`` on ``model``.
     """
-    chunks = [c for b in batches for c in split_batch(b, split)]
-    can_skip_sync = isinstance(model, torch.nn.parallel.DistributedDataParallel)
-    total = None
+    chunks = batches if split == 1 else [c for b in batches for c in split_batch(b, split)]
+    can_skip_sync = _is_ddp(type(model))
+    n, total = len(chunks), None
     for i, chunk in enumerate(chunks):
-        last = i == len(chunks) - 1
-        quiet = can_skip_sync and (sync == "manual" or not last)
+        quiet = can_skip_sync and (sync == "manual" or i < n - 1)
         if graphs is not None:
             graphs.begin_pass(first=i == 0)
-        with model.no_sync() if quiet else contextlib.nullcontext():
+        with model.no_sync() if quiet else _SYNC:
             with policy.autocast(cache=graphs is None):
                 loss = loss_fn(model, chunk)
-                if len(chunks) > 1:  # mean over the group, as one big batch would give
-                    loss = loss / len(chunks)
+                if n > 1:  # mean over the group, as one big batch would give
+                    loss = loss / n
             scaler.scale(loss).backward()
         # With several chunks the loss is a fresh tensor (divided above), so a graph
         # replay of the next chunk cannot overwrite what ``total`` holds.
         total = loss.detach() if total is None else total + loss.detach()
-    return total.float()
+    if graphs is not None and n == 1:
+        total = total.clone()  # the loss outlives this step; a replay may reuse its buffer
+    return total if total.dtype == torch.float32 else total.float()
 
 
 def all_reduce_gradients(model, bucket_mb: float = 25.0) -> None:

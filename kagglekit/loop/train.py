@@ -13,6 +13,7 @@ The parts are public, so a hand-written loop can have the same guarantees:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from typing import Callable
 
@@ -48,7 +49,8 @@ class _Loop:
         self.epochs, self.scheduler_interval, self.validate = epochs, scheduler_interval, validate
         self.watch, self.durability, self.accumulate = watch, durability, speed.accumulate
         self.step_s = 0.0  # moving average of one optimizer step
-        self.every = AGREE_EVERY if ranks.distributed() else 1  # steps between decisions
+        self.distributed = ranks.distributed()
+        self.every = AGREE_EVERY if self.distributed else 1  # steps between decisions
         self.timer = monitor.StepTimer(parts.device, watch.profile_every)
         n = len(loader)
         self.per_epoch = n if watch.limit_batches is None else min(n, watch.limit_batches)
@@ -77,29 +79,29 @@ class _Loop:
                 continue
 
     def train_epoch(self, bar) -> str | None:
-        st = self.state
-        skip = data.start_epoch(self.loader, st.epoch, st.batches_done)  # before iter()
-        batches = iter(self.loader)
+        st, loader, device = self.state, self.loader, self.parts.device
+        skip = data.start_epoch(loader, st.epoch, st.batches_done)  # before iter()
+        batches = iter(loader)
         for _ in range(skip):
-            data.next_batch(batches, self.loader)  # a loader that cannot seek: read ahead
+            data.next_batch(batches, loader)  # a loader that cannot seek: read ahead
         self.parts.model.train()
+        per_step_scheduler = self.parts.scheduler if self.scheduler_interval == "step" else None
         while st.batches_done < self.per_epoch:
-            timer = self.timer.for_step(st.step)
+            timer = self.timer.for_step(st.step)  # the null timer on unsampled steps
             timer.mark("start")
             group = min(self.accumulate, self.per_epoch - st.batches_done)
-            raw = [data.next_batch(batches, self.loader) for _ in range(group)]
+            raw = [data.next_batch(batches, loader) for _ in range(group)]
             timer.mark("data_wait")
-            micro = [data.to_device(b, self.parts.device) for b in raw]
+            micro = [data.to_device(b, device) for b in raw]
             timer.mark("h2d")
             started = time.monotonic()
-            loss = self.stepper(micro, timer)
-            seen = sum(batch_size(b) for b in micro)
+            st.add_loss(self.stepper(micro, timer))
+            seen = batch_size(micro[0]) if group == 1 else sum(batch_size(b) for b in micro)
             timer.record(st.step, seen)
             st.samples, st.epoch_samples = st.samples + seen, st.epoch_samples + seen
-            st.loss_sum, st.loss_steps = st.loss_sum + loss, st.loss_steps + 1
             st.batches_done, st.step = st.batches_done + group, st.step + 1
-            if self.parts.scheduler is not None and self.scheduler_interval == "step":
-                self.parts.scheduler.step()
+            if per_step_scheduler is not None:
+                per_step_scheduler.step()
             elapsed = time.monotonic() - started
             self.step_s = elapsed if self.step_s == 0 else 0.9 * self.step_s + 0.1 * elapsed
             bar.update(1)
@@ -121,14 +123,16 @@ class _Loop:
             return "max_steps"
         if st.step % AGREE_EVERY == 0:
             self.keeper.check_finite(agree=True)  # one host sync per 16 steps
-        every = self.every
-        if st.step % every:
+        if st.step % self.every:
             return None
         # Room for the steps until the next decision and a save, with a safety factor.
-        short = not self.durability.time_budget.allows(2 * every * self.step_s + 2 * self.keeper.save_s)
-        out_of_time, stop, save, interrupted = ranks.agree(
-            [short, st.stop_requested, self.keeper.due(self.durability.save_every_min),
-             signals.stop_requested()], self.parts.device)
+        short = not self.durability.time_budget.allows(
+            2 * self.every * self.step_s + 2 * self.keeper.save_s)
+        flags = [short, st.stop_requested, self.keeper.due(self.durability.save_every_min),
+                 signals.stop_requested()]
+        if self.distributed:  # every rank takes the same decision
+            flags = ranks.agree(flags, self.parts.device)
+        out_of_time, stop, save, interrupted = flags
         if interrupted or out_of_time or stop:
             return "interrupted" if interrupted else "time_budget" if out_of_time else "requested"
         if save:
@@ -143,7 +147,7 @@ class _Loop:
         self.keeper.check_finite(agree=True)  # before the epoch's loss goes into the history
         seconds = time.monotonic() - started
         record = {"epoch": st.epoch, "step": st.step,
-                  "train_loss": float(st.loss_sum) / max(st.loss_steps, 1),
+                  "train_loss": float(st.summed_loss()) / max(st.loss_steps, 1),
                   "lr": p.optimizer.param_groups[0]["lr"], "seconds": round(seconds, 3),
                   "samples_per_s": round(st.epoch_samples * ranks.world_size() / max(seconds, 1e-9), 2),
                   **self.validate()}
@@ -231,7 +235,8 @@ def _fit(model, optimizer, train_loader, loss_fn, run, epochs, val_loader, evalu
          scheduler_interval, device, speed, durability, watch) -> FitResult:
     started = time.monotonic()
     chosen = _precision(speed, run, device)
-    model.to(device)
+    if any(t.device != device for t in itertools.chain(model.parameters(), model.buffers())):
+        model.to(device)  # a walk over every tensor: skipped when all are there (each fit of a search)
     trained = ranks.wrap(model, device)
     graphs = cudagraph.for_fit(trained, speed.cuda_graphs, device)
     parts = Parts(trained, optimizer, scheduler, chosen, chosen.make_scaler(), device)

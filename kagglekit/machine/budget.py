@@ -6,6 +6,7 @@ a safety margin, counted from the kernel's start (not from the fit call).
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
@@ -67,7 +68,7 @@ class Budget:
         return cls(float(value))
 
     def remaining(self) -> float:
-        return float("inf") if self.deadline is None else self.deadline - time.time()
+        return math.inf if self.deadline is None else self.deadline - time.time()
 
     def allows(self, seconds: float) -> bool:
         """Is there time for ``seconds`` more of work before the deadline?"""

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 
 CHOICES = ("auto", "fp32", "fp16", "bf16")
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}  # fp32: no autocast
+_NO_AUTOCAST = contextlib.nullcontext()  # stateless, so one serves every step
 
 
 class PrecisionError(ValueError):
@@ -29,7 +31,7 @@ class Precision:
 
     @property
     def dtype(self) -> torch.dtype | None:
-        return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.name)
+        return _DTYPES.get(self.name)
 
     @property
     def needs_scaler(self) -> bool:
@@ -40,7 +42,7 @@ class Precision:
         """Autocast to this precision; ``cache=False`` for CUDA-graph capture, which
         cannot hold autocast's cache of cast weights."""
         if self.dtype is None:
-            return contextlib.nullcontext()
+            return _NO_AUTOCAST
         return torch.autocast(self.device_type, dtype=self.dtype, cache_enabled=cache)
 
     def make_scaler(self) -> torch.amp.GradScaler:

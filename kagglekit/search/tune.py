@@ -81,6 +81,24 @@ def trial_seconds(study) -> float | None:
     return statistics.median(durations) if durations else None
 
 
+FAILS_BEFORE_GIVING_UP = 3  # this session's first trials all failed: the objective is broken
+
+
+def _failing(study, session_start: int, n_trials: int) -> str | None:
+    """Why to stop for failed trials, or None. Only this session's trials count: the
+    failures of an earlier session (a bug fixed since, a killed kernel) do not stop the
+    search that follows the fix."""
+    mine = [t.state.name for t in study.get_trials(deepcopy=False) if t.number >= session_start]
+    failed = mine.count("FAIL")
+    finished = sum(mine.count(s) for s in FINISHED)
+    if failed >= FAILS_BEFORE_GIVING_UP and finished == 0:
+        return (f"the first {failed} trials of this session failed (their errors are above): "
+                "fix the objective and run again; the search carries on from its finished trials")
+    if failed > max(FAILS_BEFORE_GIVING_UP, n_trials):
+        return f"too many failed trials ({failed} in this session)"
+    return None
+
+
 def _next_trial(study, url: str, lock: Path, n_trials: int, budget: Budget, options: dict):
     """Under the lock: fail stale trials, then ask for a trial if one is still due.
 
@@ -94,8 +112,9 @@ def _next_trial(study, url: str, lock: Path, n_trials: int, budget: Budget, opti
         finished, running = sum(c.get(s, 0) for s in FINISHED), c.get("RUNNING", 0)
         if finished + running >= n_trials:
             return None, "target reached"
-        if c.get("FAIL", 0) > max(3, n_trials):
-            return None, "too many failed trials"
+        refusal = _failing(study, options.get("session_start", 0), n_trials)
+        if refusal:
+            return None, refusal
         scale, total = 1.0, n_trials
         if options.get("shrink"):
             scale, total = sizing.fit_to_budget(study, n_trials, finished, running, budget, options["workers"])
@@ -140,6 +159,7 @@ def _work(objective: Callable, name: str, url: str, direction: str, n_trials: in
                 _say(trial, f"pruned ({pruned})", started)
                 continue
             except Exception as err:  # noqa: BLE001 - one bad trial must not end the search
+                trial.set_user_attr("error", f"{type(err).__name__}: {err}"[:500])
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 _say(trial, f"failed: {type(err).__name__}: {err}", started)
                 continue
@@ -233,6 +253,7 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
     options = {"sampler": sampler, "pruner": pruner, "heartbeat_s": heartbeat_s,
                "grace_s": grace_s, "max_retry": max_retry, "shrink": shrink, "workers": workers}
     study = load_study(name, url, direction, **options)  # creates the tables once
+    options["session_start"] = len(study.trials)  # failures before this count no more
     if first_params and not study.trials:
         study.enqueue_trial(first_params)
     budget = Budget.resolve(time_budget if time_budget is not None or run is None else run.budget())
@@ -250,7 +271,24 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
         reason = "workers finished"
     study = load_study(name, url, direction, **options)
     print(f"kagglekit tune: {name}: {counts(study)} ({reason})")
+    _refuse_a_search_that_only_failed(study, options["session_start"], n_trials)
     return study
+
+
+class SearchFailed(RuntimeError):
+    """Every trial of the search failed: there is no best trial to go on with."""
+
+
+def _refuse_a_search_that_only_failed(study, session_start: int, n_trials: int) -> None:
+    """Raise with the first error when this session gave up and no trial ever finished (the
+    notebook's next line, ``study.best_params``, would fail with Optuna's bare message)."""
+    reason = _failing(study, session_start, n_trials)
+    if reason is None or any(t.state.name in FINISHED for t in study.get_trials(deepcopy=False)):
+        return
+    errors = [t.user_attrs["error"] for t in study.get_trials(deepcopy=False)
+              if t.number >= session_start and "error" in t.user_attrs]
+    first = errors[0] if errors else "not recorded"
+    raise SearchFailed(f"search {study.study_name!r}: {reason}. The first error: {first}")
 
 
 def pruning_hook(trial, monitor: str = "val_loss"):
