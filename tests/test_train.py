@@ -212,7 +212,7 @@ class _Crash(Exception):
 
 
 def test_the_epoch_loss_is_the_mean_of_its_step_losses_across_a_resume_between_two_sums(tmp_path):
-    """Step losses are summed 16 at a time (LoopState.add_loss): an epoch of 50 steps ends
+    """Step losses are summed when read (the NaN check every 16 steps): an epoch of 50 steps ends
     between two sums, and a checkpoint at step 21 holds the five steps not yet summed."""
     seen = []
 

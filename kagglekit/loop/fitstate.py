@@ -13,8 +13,6 @@ import torch
 
 from . import monitor
 
-SUM_EVERY = 16  # step losses summed at once (LoopState.add_loss)
-
 
 @dataclass
 class EarlyStopping:
@@ -68,14 +66,11 @@ class LoopState:
     unsummed: list = field(default_factory=list, repr=False)
 
     def add_loss(self, loss) -> None:
-        """Count one step's mean loss (a tensor on the device; no host sync).
-
-        Summed ``SUM_EVERY`` at a time: one stack-and-add per 16 steps instead of an
-        add per step, a kernel launch per step saved on a GPU."""
+        """Count one step's mean loss (a tensor on the device; no host sync). Summed when
+        read: ``fit``'s NaN check reads the sum every 16 steps, so one stack-and-add per 16
+        steps instead of an add (a kernel launch on a GPU) per step."""
         self.unsummed.append(loss)
         self.loss_steps += 1
-        if len(self.unsummed) >= SUM_EVERY:
-            self.summed_loss()
 
     def summed_loss(self):
         """The epoch's loss sum, the steps not yet summed included."""

@@ -105,7 +105,7 @@ def backward(model, batches: list, loss_fn, policy, scaler, *, split: int = 1,
         total = loss.detach() if total is None else total + loss.detach()
     if graphs is not None and n == 1:
         total = total.clone()  # the loss outlives this step; a replay may reuse its buffer
-    return total if total.dtype == torch.float32 else total.float()
+    return total.float()
 
 
 def all_reduce_gradients(model, bucket_mb: float = 25.0) -> None:

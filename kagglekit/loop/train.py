@@ -96,7 +96,7 @@ class _Loop:
             timer.mark("h2d")
             started = time.monotonic()
             st.add_loss(self.stepper(micro, timer))
-            seen = batch_size(micro[0]) if group == 1 else sum(batch_size(b) for b in micro)
+            seen = sum(batch_size(b) for b in micro)
             timer.record(st.step, seen)
             st.samples, st.epoch_samples = st.samples + seen, st.epoch_samples + seen
             st.batches_done, st.step = st.batches_done + group, st.step + 1

@@ -283,9 +283,10 @@ def _refuse_a_search_that_only_failed(study, session_start: int, n_trials: int) 
     """Raise with the first error when this session gave up and no trial ever finished (the
     notebook's next line, ``study.best_params``, would fail with Optuna's bare message)."""
     reason = _failing(study, session_start, n_trials)
-    if reason is None or any(t.state.name in FINISHED for t in study.get_trials(deepcopy=False)):
+    trials = study.get_trials(deepcopy=False)
+    if reason is None or any(t.state.name in FINISHED for t in trials):
         return
-    errors = [t.user_attrs["error"] for t in study.get_trials(deepcopy=False)
+    errors = [t.user_attrs["error"] for t in trials
               if t.number >= session_start and "error" in t.user_attrs]
     first = errors[0] if errors else "not recorded"
     raise SearchFailed(f"search {study.study_name!r}: {reason}. The first error: {first}")
