@@ -133,12 +133,14 @@ bench: $(STAMP)
 	$(PY) benchmarks/tune_workers.py
 	$(PY) benchmarks/graph_sampling.py
 	$(PY) benchmarks/gnn_cora.py
+	$(PY) benchmarks/gnn_switches.py
+	$(PY) benchmarks/ddp_step.py
 	$(PY) benchmarks/patch_loader.py
 	$(PY) benchmarks/gpu_figures.py
 
-## lint: byte-compile everything and check the notebooks are committed clean
+## lint: ruff (pyproject.toml's rules) over the kit, tests, benchmarks and notebooks; notebooks committed clean
 lint: $(STAMP)
-	$(PY) -m compileall -q kagglekit tests benchmarks
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q tests/test_notebooks.py -k clean
 
 ## clean: remove .venv, build/, dist/ and the local runs; keeps runs/kaggle/ (the Kaggle outputs make output downloaded)

@@ -3,7 +3,7 @@
 Same GCN (two GCNConv layers and a linear head, the notebook's model at its defaults),
 same data, same 200 full-graph optimizer steps, a validation score every 10 steps and
 the best-validation weights kept by both. The kit's side is what the notebook runs:
-``kk.fit`` over ``kk.graph.FullBatch`` with ``kk.data.schedule``, ``kk.evaluate.nodes``
+``kk.fit`` over ``kk.graph.FullBatch`` with ``kk.loaders.schedule``, ``kk.evaluate.nodes``
 (scikit-learn scores), checkpoints every evaluation, ``restore_best``. The plain side
 is the 20-line loop of PyG's examples, with the best weights copied in memory. Rounds
 alternate; the ratio of medians and the median of per-round ratios are printed (goal:
@@ -83,7 +83,7 @@ def kit(data, classes: int, seed: int, folder: Path) -> tuple[float, float]:
     checkpoints = kk.CheckpointManager(folder, monitor="val_accuracy", mode="max")
     kk.fit(model, optimizer, loader, loss, evaluate=kk.evaluate.nodes(data, data.val_mask, "cpu"),
            checkpoints=checkpoints, resume=False, progress=False, config={"seed": seed},
-           **kk.data.schedule(STEPS, loader, EVERY))
+           **kk.loaders.schedule(STEPS, loader, EVERY))
     checkpoints.restore_best(model)
     return time.perf_counter() - started, test_accuracy(model, data)
 

@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 import kagglekit as kk
-from kagglekit import data, datasets, models, monitor
+from kagglekit import datasets, models, monitor
+from kagglekit import loaders as data
 
 
 def _fit_rate(model_fn, loader, loss, steps: int, **kw) -> float:

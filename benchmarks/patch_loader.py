@@ -1,9 +1,11 @@
-"""Can the segmentation notebook's patch loader feed two T4s on LZW volumes of the real size?
+"""Can the segmentation notebook's patch loader feed its T4 on LZW volumes of the real size?
 
 Writes LZW-compressed 320^3 volumes in the Vesuvius layout (as the competition ships them),
-then measures patches/s from the notebook's own loader (``segment3d.Patches`` through
-``kk.make_loader`` with 4 worker processes, patch 96, batch 4: the Kaggle parameters) in the
-same run, twice:
+then measures patches/s from one rank's loader as the notebook builds it on Kaggle
+(``segment3d.Patches`` through ``kk.make_loader``, patch 96, batch 4: the Kaggle parameters)
+with the worker count ``loaders.workers_per_process`` gives each of the two ranks on Kaggle's 4
+vCPUs (one), against what one T4 consumes; and, for comparison, one loader with 4 workers
+against both T4s (the figure recorded before 2026-11-24). Each in the same run, twice:
 
 - before: every crop decodes the LZW pages it touches (Pillow, as in Kaggle's image);
 - after: ``VolumeCache`` decodes each volume once into an uncompressed .npy, crops read bytes.
@@ -13,8 +15,8 @@ F FLOPs per patch for a forward and backward (``torch.utils.flop_counter``); a T
 about 24 TFLOPS in fp16 (NVIDIA developer forum, "About GPU peak performance", 2023: cuBLAS
 HGEMM 4096^3 on a T4 measures ~24 of the 65 TFLOPS peak, held down by the 70 W power cap;
 https://forums.developer.nvidia.com/t/about-gpu-peak-performance/264462). 3-D convolutions
-reach less than a large GEMM, so 2 x 24e12 / F patches/s is an upper bound on the demand:
-a ratio >= 1 against it means the GPUs, not the loader, set the pace.
+reach less than a large GEMM, so 24e12 / F patches/s per T4 is an upper bound on the demand:
+a ratio >= 1 against it means the GPU, not the loader, sets the pace.
 """
 from __future__ import annotations
 
@@ -68,7 +70,7 @@ def patches_per_s(layout, cache, patch: int, batch: int, workers: int, patches: 
     loader = kk.make_loader(data, batch, seed=0, num_workers=workers)
     rates = []
     for epoch in range(3):  # the first epoch warms the workers (and, cached, decodes)
-        kk.data.start_epoch(loader, epoch)
+        kk.loaders.start_epoch(loader, epoch)
         started = time.perf_counter()
         seen = sum(len(x) for x, _ in loader)
         rates.append(seen / (time.perf_counter() - started))
@@ -77,35 +79,40 @@ def patches_per_s(layout, cache, patch: int, batch: int, workers: int, patches: 
 
 def main() -> None:
     import warnings
-    # torch suggests no more workers than cores; 4 is the notebook's count on Kaggle's 4 vCPUs
+    # torch suggests no more workers than cores; 4 is the old comparison on Kaggle's 4 vCPUs
     warnings.filterwarnings("ignore", message="This DataLoader will create")
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--volumes", type=int, default=4)
     ap.add_argument("--edge", type=int, default=320)
     ap.add_argument("--patches", type=int, default=96, help="patches per timed epoch")
-    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--cpus", type=int, default=4, help="Kaggle's T4 x2 vCPUs")
+    ap.add_argument("--gpus", type=int, default=2)
     args = ap.parse_args()
     params = json.loads((REPO / "kernel-metadata" / "segmentation_3d.json").read_text())["parameters"]
     patch, batch = params["patch"], params["batch_size"]
     flops = flops_per_patch(notebook_unet(), patch, params["width"], params["depth"])
-    demand = 2 * T4_FP16_FLOPS / flops
+    per_t4 = T4_FP16_FLOPS / flops
+    notebook_workers = kk.loaders.workers_per_process(args.gpus, args.cpus)
+    rows = []
     with tempfile.TemporaryDirectory(prefix="kk-patches-") as tmp:
         layout = write_volumes(Path(tmp) / "comp", args.volumes, args.edge)
-        before = patches_per_s(layout, None, patch, batch, args.workers, args.patches)
         cache = kk.volumes.VolumeCache(Path(tmp) / "cache")
-        started = time.perf_counter()
-        after = patches_per_s(layout, cache, patch, batch, args.workers, args.patches)
-        decode_s = time.perf_counter() - started
+        patches_per_s(layout, cache, patch, batch, 1, 16)  # decode once, outside the timings
+        for workers, gpus in ((notebook_workers, 1), (4, args.gpus)):
+            before = patches_per_s(layout, None, patch, batch, workers, args.patches)
+            after = patches_per_s(layout, cache, patch, batch, workers, args.patches)
+            rows.append((workers, gpus, before, after, gpus * per_t4))
     print(f"U-Net (width {params['width']}, depth {params['depth']}), patch {patch}^3: "
-          f"{flops / 1e9:.1f} GFLOP per patch, forward + backward")
-    print(f"two T4s at {T4_FP16_FLOPS / 1e12:.0f} TFLOPS fp16 each consume at most "
-          f"{demand:.1f} patches/s")
-    print(f"loader, {args.volumes} LZW volumes of {args.edge}^3, {args.workers} workers, "
-          f"batch {batch}:")
-    print(f"  before (every crop decodes its pages): {before:8.1f} patches/s   ratio {before / demand:.2f}")
-    print(f"  after  (decoded once, then cached)   : {after:8.1f} patches/s   ratio {after / demand:.2f}"
-          f"   (goal >= 1; the whole cached run incl. decoding took {decode_s:.0f} s)")
-    print(f"  speed-up of the cache: {after / before:.1f}x")
+          f"{flops / 1e9:.1f} GFLOP per patch, forward + backward; a T4 at "
+          f"{T4_FP16_FLOPS / 1e12:.0f} TFLOPS fp16 consumes at most {per_t4:.1f} patches/s")
+    print(f"loader, {args.volumes} LZW volumes of {args.edge}^3, batch {batch}:")
+    for workers, gpus, before, after, demand in rows:
+        what = ("the notebook's: one rank of two on 4 vCPUs" if gpus == 1 else
+                "one loader for both T4s")
+        print(f"  {workers} worker(s), {what} (demand {demand:.1f} patches/s):")
+        print(f"    decoded per crop: {before:8.1f} patches/s   ratio {before / demand:.2f}")
+        print(f"    decoded once    : {after:8.1f} patches/s   ratio {after / demand:.2f}"
+              f"   (goal >= 1)   cache speed-up {after / before:.1f}x")
 
 
 if __name__ == "__main__":

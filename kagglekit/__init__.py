@@ -7,26 +7,28 @@ from __future__ import annotations
 
 import importlib
 
+from .machine import forksafe as _forksafe  # noqa: F401 (torch.cuda.is_available() asks NVML: launch forks)
+
 __version__ = "0.1.0"
 
 # The public names, each in the part that owns it (see each part's docstring).
 _PARTS = {
-    "machine": ["env", "gpus", "precision", "budget", "inputs", "display", "signals"],
-    "parallel": ["ranks", "launcher", "ranklog", "loaders"],
+    "machine": ["env", "gpus", "forksafe", "precision", "budget", "inputs", "display", "signals"],
+    "parallel": ["ranks", "forked", "launcher", "ranklog", "loaders", "batches"],
     "state": ["atomic", "rng", "space", "identity", "cache", "snapshot", "checkpoint"],
-    "readers": ["volumes", "graphsets", "timeseries", "tables", "datasets", "graph"],
-    "loop": ["train", "step", "fitoptions", "fitstate", "durable", "accel", "cudagraph", "guards",
+    "readers": ["tiff", "volumecache", "volumes", "graphsets", "timeseries", "windows", "tables", "datasets",
+                "graph"],
+    "loop": ["train", "epochs", "step", "fitoptions", "fitstate", "durable", "accel", "cudagraph", "guards",
              "progress", "monitor", "memory", "schedule"],
-    "run": ["context", "params", "plots", "metrics", "evaluate", "submission", "folds", "blend"],
+    "run": ["context", "params", "plots", "metrics", "evaluate", "submission", "folds", "oofio", "blend"],
     "search": ["tune", "sizing", "studyreport", "studystore", "boosting"],
     "tasks": ["segment3d", "models", "cycles"],
 }
 _SUBMODULES = {name: f"{part}.{name}" for part, names in _PARTS.items() for name in names}
-_SUBMODULES["data"] = "parallel.loaders"  # kk.data: the loaders (make_loader, schedule, ...)
 _EXPORTS = {
     "start": "context", "Run": "context",
     "fit": "train", "supervised": "train", "EarlyStopping": "fitstate", "FitResult": "fitstate",
-    "Speed": "fitoptions", "Durability": "fitoptions", "Watch": "fitoptions",
+    "Stop": "fitoptions",
     "CheckpointManager": "checkpoint", "make_loader": "loaders", "Budget": "budget",
     "seed_everything": "env", "launch": "launcher", "headline": "display",
 }

@@ -13,8 +13,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
-from kagglekit.tools.publish.build import INSTALL_MARK
-
 
 class FakeKaggle:
     def __init__(self, username="tester", key="0123456789abcdef0123",

@@ -65,17 +65,28 @@ def test_a_lightgbm_trial_that_learns_nothing_is_pruned_while_it_trains(regressi
 
 def test_trees_train_on_the_cpu_without_a_gpu(monkeypatch):
     monkeypatch.delenv("KAGGLEKIT_FAKE_GPUS", raising=False)
-    boosting.lightgbm_device.cache_clear()
     assert boosting.xgboost_device() == "cpu"
     assert boosting.lightgbm_device() == ("cpu", "no GPU")
 
 
-def test_with_a_gpu_xgboost_asks_for_cuda_and_lightgbm_says_when_its_build_cannot_reach_it(monkeypatch):
+def test_the_lightgbm_gpu_probe_trains_in_a_process_of_its_own_once(monkeypatch, tmp_path):
+    """Training with device_type="gpu" opens the driver (OpenCL): never in the calling
+    process, whose later forks it would break. The answer is kept for the next run."""
+    import subprocess
+    import tempfile
+
+    import lightgbm
     monkeypatch.setenv("KAGGLEKIT_FAKE_GPUS", "Tesla T4:7.5:15,Tesla T4:7.5:15")
-    boosting.lightgbm_device.cache_clear()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(lightgbm, "train", lambda *a, **k: pytest.fail("trained in this process"))
+    boosting._probe_lightgbm.cache_clear()
     try:
         assert boosting.xgboost_device() == "cuda"
         device, why = boosting.lightgbm_device()  # this machine has no OpenCL device
         assert device == "cpu" and why.startswith("this LightGBM build has no usable GPU (")
+        [answer] = (tmp_path / "kagglekit-probes").glob("lightgbm-*.json")
+        boosting._probe_lightgbm.cache_clear()  # a new kernel session on the same machine
+        monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("probed again"))
+        assert boosting.lightgbm_device() == (device, why)
     finally:
-        boosting.lightgbm_device.cache_clear()
+        boosting._probe_lightgbm.cache_clear()

@@ -1,9 +1,10 @@
 import json
+
 import pytest
 import torch
 
-from kagglekit import inputs
-from kagglekit import cache as cache_mod, models
+from kagglekit import cache as cache_mod
+from kagglekit import inputs, models
 from kagglekit.state.cache import Cache, CacheWarning
 
 CONFIG = {"lr": 0.01, "hidden": 16, "epochs": 3}

@@ -142,7 +142,7 @@ def _kill_mid_write(folder: Path, proc, before: set, timeout_s: float = 60.0) ->
 @pytest.mark.slow
 def test_sigkill_during_a_write_leaves_the_previous_checkpoint_loadable(tmp_path):
     mid_write = 0
-    for attempt in range(10):
+    for attempt in range(10):  # noqa: B007 (read after the loop)
         before = {p.name for p in tmp_path.glob(".*.tmp")}
         proc = subprocess.Popen([sys.executable, str(JOBS / "save_loop.py"), str(tmp_path)],
                                 stdout=subprocess.DEVNULL)

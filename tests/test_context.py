@@ -31,7 +31,7 @@ def _fit_with_run_defaults(run, steps: int = 6, epochs: int = 2) -> dict:
                     save_every_min=None, progress=False)
     return {"stopped": result.stopped, "steps_this_session": result.steps_this_session,
             "resumed_from": result.resumed_from, "precision": result.precision,
-            "rank": kk.launcher.context().rank}
+            "rank": kk.ranks.rank()}
 
 
 @pytest.mark.slow
@@ -50,7 +50,7 @@ def test_force_retrain_and_the_time_budget_reach_every_fit_in_launched_ranks(tmp
         out_of_time = late.launch(_fit_with_run_defaults, 40, 10, nprocs=2)
         # The ranks decide together every AGREE_EVERY steps: the first decision stops them.
         assert out_of_time["stopped"] == "time_budget"
-        assert out_of_time["steps_this_session"] == kk.train.AGREE_EVERY
+        assert out_of_time["steps_this_session"] == kk.epochs.AGREE_EVERY
     finally:
         os.environ.pop("KAGGLEKIT_OUTPUT", None)
 
@@ -59,13 +59,17 @@ def test_an_explicit_argument_wins_over_the_run(tmp_path, monkeypatch):
     monkeypatch.setenv("KAGGLEKIT_OUTPUT", str(tmp_path / "out"))
     run = _start(force_retrain=True)
     assert run.resume is False and run.config["force_retrain"] is True
-    durability = kk.fitoptions.Durability(resume=True, time_budget=5.0).resolved(run)
-    assert durability.resume is True and durability.time_budget.remaining() <= 5.0
-    assert kk.fitoptions.Durability().resolved(run).resume is False
+    def durability(**given):
+        options = {"checkpoints": None, "save_every_min": None, "resume": None,
+                   "time_budget": None, "config": None, **given}
+        return kk.fitoptions.Durability(**options).resolved(run)
+    chosen = durability(resume=True, time_budget=5.0)
+    assert chosen.resume is True and chosen.time_budget.remaining() <= 5.0
+    assert durability().resume is False
     with pytest.raises(TypeError, match="unexpected keyword argument 'epoch_limit'"):
         kk.fit(None, None, [1], None, epoch_limit=3)  # fit's options are explicit keywords
     with pytest.raises(ValueError, match="checkpoints='m' names a fit of the run: pass run=run"):
-        kk.fitoptions.Durability(checkpoints="m").resolved(None)
+        kk.fitoptions.Durability("m", None, None, None, None).resolved(None)
 
 
 def _log_in_a_rank(run) -> None:
@@ -120,7 +124,7 @@ def test_a_hundred_thousand_input_files_are_walked_once_not_per_lookup(kaggle_tr
     for _ in range(3):  # checkpoint, cache and study lookups read the index
         _fit_with_run_defaults(run, steps=2)
         run.cache.get("y", {"b": 2}, lambda: 2)
-        kk.tune.adopt_previous(kaggle_tree / "working" / "s.db", "s")
+        kk.studystore.adopt_previous(kaggle_tree / "working" / "s.db", "s")
     assert len(calls) == walked, f"{len(calls) - walked} folders of the inputs read again"
     # Launched ranks inherit the walked index: they do not walk either.
     assert run.launch(_lookups_in_a_rank, str(kaggle_tree / "input"), nprocs=2) == 0

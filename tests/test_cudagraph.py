@@ -11,7 +11,8 @@ from torch import nn
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import cudagraph, data, datasets, models
+from kagglekit import cudagraph, datasets, models
+from kagglekit import loaders as data
 
 LOSS = kk.supervised(F.cross_entropy)
 

@@ -55,6 +55,7 @@ def test_without_nvml_the_driver_is_asked_another_way(monkeypatch, tmp_path):
 
 def test_seeding_repeats_every_generator():
     import random
+
     import numpy as np
     import torch
     env.seed_everything(3)
@@ -79,6 +80,7 @@ def test_the_kaggle_budget_counts_from_the_container_on_kaggle_and_from_the_kern
     kernels and these tests simulate Kaggle on long-lived machines); on Kaggle the
     container's first process is the session's start."""
     import time
+
     from kagglekit import budget
     now = time.time()
     started = {1: now - 13 * 3600, "self": now - 5}

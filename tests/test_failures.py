@@ -14,10 +14,11 @@ import torch
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import data, datasets, gpus, guards, launcher, models, space
-from kagglekit.state.checkpoint import CheckpointManager
-from kagglekit.parallel.launcher import LaunchError, launch
+from kagglekit import datasets, gpus, guards, models, space
+from kagglekit import loaders as data
 from kagglekit.machine.precision import Precision
+from kagglekit.parallel.launcher import LaunchError, launch
+from kagglekit.state.checkpoint import CheckpointManager
 
 JOB = Path(__file__).parent / "jobs" / "resume_job.py"
 
@@ -133,7 +134,7 @@ def test_the_stop_button_saves_mid_epoch_and_the_next_run_resumes_bitwise(tmp_pa
 
 
 def _die_on_rank_one():
-    if launcher.context().rank == 1:
+    if kk.ranks.rank() == 1:
         os.kill(os.getpid(), signal.SIGKILL)  # what the host's OOM killer does
     time.sleep(60)
 
@@ -174,8 +175,8 @@ def test_a_stalled_or_dead_loader_worker_is_a_named_error(dataset, message):
 
 
 def _say_something(_):
-    print(f"hello from rank {launcher.context().rank}", flush=True)
-    if launcher.context().rank == 1:
+    print(f"hello from rank {kk.ranks.rank()}", flush=True)
+    if kk.ranks.rank() == 1:
         raise ValueError("rank one gives up")
 
 
@@ -207,11 +208,18 @@ def test_without_any_gpu_a_run_pushed_for_two_t4s_stops_with_a_named_error(tmp_p
         kk.start({"seed": 0}, "no-gpu", declared={"seed": 0}, verbose=False)
 
 
+def _ignore_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.mark.slow
 def test_the_stop_button_under_ddp_makes_every_rank_save_at_one_step(tmp_path):
+    """The job starts with SIGINT ignored, as a background job of a non-interactive shell does
+    (a CI runner, `make test &`): Python then installs no KeyboardInterrupt handler of its own,
+    and before the fix the press was lost and the ranks trained all 128 steps."""
     job = Path(__file__).parent / "jobs" / "ddp_stop_job.py"
     proc = subprocess.Popen([sys.executable, str(job), str(tmp_path), "0.05"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_ignore_sigint)
     for line in proc.stdout:
         if line.strip() == "step 20":  # mid-epoch (64 steps an epoch), saves only at epoch ends
             proc.send_signal(signal.SIGINT)  # the notebook's parent process, as Jupyter does
@@ -224,3 +232,13 @@ def test_the_stop_button_under_ddp_makes_every_rank_save_at_one_step(tmp_path):
                            text=True, timeout=180)
     assert again.returncode == 0, again.stderr
     assert f"'steps': 128, 'this_session': {128 - saved[-1]}" in again.stdout
+
+
+def test_a_stop_asked_before_the_fit_began_stops_it_at_its_first_step(tmp_path):
+    """A launched rank's SIGTERM may arrive while it still prepares its data: the request waits
+    for the fit instead of being cleared by it (the rank would otherwise train until killed)."""
+    kk.signals.request_stop()
+    with pytest.raises(kk.signals.Interrupted, match="at step 1"):
+        _fit(CheckpointManager(tmp_path, search=[]), kk.supervised(F.cross_entropy), "fp32")
+    assert not kk.signals.stop_requested()  # used up: the next fit trains
+    assert [p.name for p in tmp_path.rglob("step-*.pt")] == ["step-00000001.pt"]

@@ -156,7 +156,8 @@ def test_a_kill_in_the_middle_of_fold_2_resumes_it_and_ends_with_the_same_oof_bi
     a = pd.read_parquet(tmp_path / "clean" / "oof.parquet")
     b = pd.read_parquet(tmp_path / "killed" / "oof.parquet")
     assert a.equals(b)  # bit for bit
-    assert pd.read_parquet(tmp_path / "clean" / "test.parquet").equals(pd.read_parquet(tmp_path / "killed" / "test.parquet"))
+    test_file = lambda run: pd.read_parquet(tmp_path / run / "test.parquet")  # noqa: E731
+    assert test_file("clean").equals(test_file("killed"))
 
 
 def test_grouped_time_series_folds_never_split_a_date_and_validate_later_than_they_train():

@@ -1,6 +1,5 @@
 import pytest
 import torch
-
 from torch.nn import functional as F
 
 import kagglekit as kk
@@ -140,7 +139,7 @@ def test_a_sampled_batch_split_by_seeds_gives_each_seed_the_same_logits(data):
     model = SAGE(data.num_features, 1).eval()
     batch = graph.NeighborSampler(data, [10, 5], seed=0)(data.train_mask.nonzero().view(-1)[:64])
     whole = model(batch.x, batch.edge_index)[: batch.batch_size]
-    parts = kk.step.split_batch(batch, 3)
+    parts = kk.batches.split_batch(batch, 3)
     assert [p.batch_size for p in parts] == [22, 21, 21]
     assert all(p.num_nodes < batch.num_nodes for p in parts)  # the point: smaller batches
     pieces = torch.cat([model(p.x, p.edge_index)[: p.batch_size] for p in parts])

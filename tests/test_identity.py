@@ -8,7 +8,8 @@ import torch
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import cache, checkpoint, data, datasets, models, tune
+from kagglekit import cache, checkpoint, datasets, models, tune
+from kagglekit import loaders as data
 from kagglekit.state.checkpoint import CheckpointManager
 from kagglekit.state.identity import Identity
 
@@ -147,10 +148,10 @@ def test_gnn_notebook_on_citeseer_then_cora_in_one_folder_trains_each_afresh(tmp
     cora = runs["Cora"]
     for label in ("pretrain", "fit"):
         assert cora[label]["resumed_from"] is None and cora[label]["steps_this_session"] == cora[label]["steps"] > 0
-    for name in ("pretrain", "gnn-seed0"):  # both runs' checkpoints remain, each in its own folder
+    for name in ("pretrain", "gnn-fold0-seed0"):  # both runs' checkpoints remain, each in its own folder
         folders = [p for p in (out / "checkpoints" / name).iterdir() if list(p.glob("step-*.pt"))]
         assert len(folders) == 2, folders
-    assert 0.0 <= cora["gnn"]["mean"] <= 1.0 and cora["search"]["trials"] == {"COMPLETE": 2}
+    assert 0.0 <= cora["gnn"]["mean"] <= 1.0 and cora["search_gnn"]["trials"] == {"COMPLETE": 2}
 
 
 def test_every_kernel_version_leaves_the_checkpoint_the_next_one_needs(tmp_path, monkeypatch):

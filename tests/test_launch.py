@@ -1,6 +1,7 @@
 """launch(): DDP from inside a notebook, tested with 2 gloo processes on CPU."""
 import json
 import multiprocessing as mp
+import os
 import time
 from pathlib import Path
 
@@ -10,7 +11,9 @@ import torch.distributed as dist
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import data, datasets, gpus, launcher as launch_mod, models, step
+from kagglekit import datasets, models, step
+from kagglekit import launcher as launch_mod
+from kagglekit import loaders as data
 from kagglekit.parallel.launcher import LaunchError, launch
 
 LOSS = kk.supervised(F.cross_entropy)
@@ -23,7 +26,7 @@ def _train(per_gpu_batch: int, steps: int, accumulate: int = 1, oom_above: dict 
     ds = datasets.tabular(512, features=16, seed=0)
     model = models.MLP(16, 32, 4)
     if oom_above is not None:
-        model = _OomAbove(model, oom_above.get(launch_mod.context().rank))
+        model = _OomAbove(model, oom_above.get(kk.ranks.rank()))
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     result = kk.fit(model, opt, data.make_loader(ds, per_gpu_batch, num_workers=0), LOSS,
                     epochs=10, max_steps=steps, accumulate=accumulate, progress=False,
@@ -33,14 +36,16 @@ def _train(per_gpu_batch: int, steps: int, accumulate: int = 1, oom_above: dict 
 
 
 class _OomAbove(torch.nn.Module):
-    """Raises CUDA's out-of-memory error for batches larger than ``limit`` (None: never)."""
+    """Raises CUDA's out-of-memory error for batches larger than ``limit`` (None: never), from
+    its ``after_calls``-th forward on."""
 
-    def __init__(self, inner, limit):
+    def __init__(self, inner, limit, after_calls: int = 0):
         super().__init__()
-        self.inner, self.limit = inner, limit
+        self.inner, self.limit, self.after_calls, self.calls = inner, limit, after_calls, 0
 
     def forward(self, x):
-        if self.limit is not None and x.shape[0] > self.limit:
+        self.calls += 1
+        if self.limit is not None and x.shape[0] > self.limit and self.calls > self.after_calls:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated by the test)")
         return self.inner(x)
 
@@ -73,11 +78,11 @@ def test_distributed_shards_are_disjoint_and_cover_the_data():
 def _grads_with_and_without_skipped_sync():
     kk.seed_everything(0)
     model = torch.nn.parallel.DistributedDataParallel(models.MLP(16, 32, 4))
-    g = torch.Generator().manual_seed(launch_mod.context().rank)
+    g = torch.Generator().manual_seed(kk.ranks.rank())
     batches = [(torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g))
                for _ in range(3)]
     policy, scaler = kk.precision.choose("fp32", None), torch.amp.GradScaler("cpu", enabled=False)
-    step.backward(model, batches, LOSS, policy, scaler, sync="ddp")  # no_sync on 2 of 3
+    step.backward(model, batches, LOSS, policy, scaler)  # no_sync on 2 of 3
     skipped = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     for x, y in batches:  # all-reduce after every micro-batch
@@ -92,7 +97,7 @@ def test_accumulation_with_skipped_sync_equals_accumulation_without_it():
 
 
 def _fail_on_rank_one():
-    if launch_mod.context().rank == 1:
+    if kk.ranks.rank() == 1:
         raise ValueError("bad shard on purpose")
     dist.barrier()  # rank 0 would wait here forever without the supervisor
 
@@ -106,7 +111,7 @@ def test_a_failing_rank_is_raised_with_its_traceback_and_nothing_is_left_running
 
 
 def _hang_in_a_collective():
-    if launch_mod.context().rank == 0:
+    if kk.ranks.rank() == 0:
         dist.all_reduce(torch.ones(1))  # rank 1 never joins
     else:
         time.sleep(60)
@@ -118,10 +123,45 @@ def test_a_hanging_collective_ends_in_an_error_after_the_timeout():
     assert _no_children_left()
 
 
-def test_launch_refuses_to_fork_after_cuda_was_initialised(monkeypatch):
-    monkeypatch.setattr(gpus, "cuda_initialised", lambda: True)
-    with pytest.raises(LaunchError, match="CUDA is already initialised.*Restart the kernel"):
+def test_launch_refuses_to_fork_after_torch_initialised_cuda(monkeypatch):
+    monkeypatch.setattr(kk.forksafe, "torch_cuda_initialised", lambda: True)
+    with pytest.raises(kk.forksafe.ForkUnsafe, match="torch.cuda was initialised.*Restart the kernel"):
         launch(_train, 16, 1, nprocs=2)
+
+
+STANDIN_DRIVER = """
+import _ctypes, ctypes, shutil, sys
+import kagglekit as kk
+# A library named like NVIDIA's OpenCL driver (a copy of a harmless extension module), mapped
+# into this process as LightGBM's GPU build maps the real one when it trains.
+shutil.copy(_ctypes.__file__, sys.argv[1])
+ctypes.CDLL(sys.argv[1])
+try:
+    kk.launch(lambda: None, nprocs=2)
+except kk.forksafe.ForkUnsafe as err:
+    print("REFUSED", err)
+"""
+
+
+def test_launch_refuses_to_fork_when_anything_mapped_a_gpu_driver(tmp_path):
+    import subprocess
+    import sys
+    standin = tmp_path / "libnvidia-opencl.so.1"
+    done = subprocess.run([sys.executable, "-c", STANDIN_DRIVER, str(standin)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.startswith("REFUSED"), done.stdout + done.stderr
+    assert str(standin) in done.stdout and "OpenCL" in done.stdout  # the library, by name
+    assert kk.forksafe.mapped_driver_libraries() == []  # this process never mapped one
+
+
+def _pid():
+    return os.getpid()
+
+
+def test_an_isolated_function_runs_in_a_process_of_its_own_where_a_gpu_is_seen(monkeypatch):
+    assert launch_mod.isolated(_pid) == os.getpid()  # no GPU: here
+    monkeypatch.setenv("KAGGLEKIT_FAKE_GPUS", "Tesla T4:7.5:15")
+    assert launch_mod.isolated(_pid) != os.getpid()
 
 
 def test_one_device_runs_in_process_and_returns_the_value():
@@ -131,27 +171,42 @@ def test_one_device_runs_in_process_and_returns_the_value():
     assert launch_mod.resolve_strategy("dp", 2, None) == ("dp", 1)
 
 
-def test_oom_on_one_rank_makes_every_rank_shrink_and_training_completes():
+def test_oom_on_one_rank_restarts_every_rank_with_smaller_batches_and_trains_the_same():
     # Rank 1 runs out of memory above 8 samples; rank 0 never would on its own.
     weights, summary = launch(_train, 16, 6, nprocs=2, oom_above={1: 8})
-    assert summary["oom_count"] == 1 and summary["oom_events"][0]["per_gpu_batch"] == 8
+    assert summary["oom_count"] == 1 and summary["oom_events"][0] == {
+        "step": 0, "per_gpu_batch": 8, "rank": 1}
     assert summary["steps"] == 6 and summary["stopped"] == "max_steps"
+    assert "KAGGLEKIT_OOM" not in os.environ  # the restart's plan ends with the launch
     reference, _ = _train(32, 6)
     for k in reference:  # smaller chunks, same effective batch: the same training
+        torch.testing.assert_close(weights[k], reference[k], rtol=1e-5, atol=1e-6)
+
+
+def _train_then_oom(ckpt: str):
+    """Rank 1 runs out of memory at its 4th step (above 8 samples); checkpoints every step."""
+    kk.seed_everything(0)
+    model = _OomAbove(models.MLP(16, 32, 4), 8 if kk.ranks.rank() == 1 else None, after_calls=3)
+    result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.5),
+                    data.make_loader(datasets.tabular(512, features=16, seed=0), 16, num_workers=0),
+                    LOSS, epochs=10, max_steps=6, progress=False, save_every_min=0,
+                    checkpoints=kk.CheckpointManager(ckpt, search=[]))
+    return {k: v.clone() for k, v in model.inner.state_dict().items()}, result.summary()
+
+
+def test_oom_mid_run_under_ddp_resumes_from_the_ranks_own_save_of_that_step(tmp_path):
+    weights, summary = launch(_train_then_oom, str(tmp_path), nprocs=2)
+    assert summary["resumed_from"].endswith("step-00000003-r1.pt")  # where the step started
+    assert summary["steps_this_session"] == 3 and summary["oom_events"] == [
+        {"step": 3, "per_gpu_batch": 8, "rank": 1}]
+    reference, _ = _train(32, 6)
+    for k in reference:
         torch.testing.assert_close(weights[k], reference[k], rtol=1e-5, atol=1e-6)
 
 
 def test_oom_below_the_floor_gives_up_with_a_clear_error():
     with pytest.raises(step.OutOfMemoryFloor, match="per-GPU batch of 1"):
         _train(16, 2, oom_above={0: 0})
-
-
-def test_effective_batch_and_lr_scaling():
-    assert launch_mod.effective_batch(32, accumulate=4, world_size=2) == 256
-    assert launch_mod.scale_lr(1e-3, 256, 512, rule="linear") == pytest.approx(2e-3)
-    assert launch_mod.scale_lr(1e-3, 256, 1024, rule="sqrt") == pytest.approx(2e-3)
-    with pytest.raises(ValueError, match="rule"):
-        launch_mod.scale_lr(1e-3, 256, 512, rule="cubic")
 
 
 @pytest.mark.slow
@@ -164,12 +219,12 @@ def test_launch_from_a_notebook_run_by_papermill_returns_rank_zeros_value(tmp_pa
         new_code_cell("nprocs = 2", metadata={"tags": ["parameters"]}),
         new_code_cell(
             "import json, torch, torch.distributed as dist\n"
-            "from kagglekit.parallel.launcher import launch, context\n"
+            "from kagglekit.parallel.launcher import launch\n"
             "torch.ones(64, 64) @ torch.ones(64, 64)  # the parent used torch before forking\n"
             "def work(scale):  # defined in the notebook: only fork can run it\n"
-            "    t = torch.tensor([float(context().rank + 1)])\n"
+            "    t = torch.tensor([float(dist.get_rank() + 1)])\n"
             "    dist.all_reduce(t)\n"
-            "    return {'rank': context().rank, 'world': dist.get_world_size(), 'sum': scale * t.item()}\n"
+            "    return {'rank': dist.get_rank(), 'world': dist.get_world_size(), 'sum': scale * t.item()}\n"
             "result = launch(work, 10, nprocs=nprocs)\n"
             "json.dump(result, open('result.json', 'w'))"),
     ])
@@ -186,7 +241,7 @@ def _stop_requested_on_rank_one():
     model = models.MLP(16, 32, 4)
 
     def hook(state):
-        if launch_mod.context().rank == 1 and state.step == 3:
+        if kk.ranks.rank() == 1 and state.step == 3:
             state.request_stop()
 
     result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),
@@ -196,7 +251,7 @@ def _stop_requested_on_rank_one():
 
 
 def test_a_stop_asked_by_one_rank_stops_every_rank_at_the_same_step():
-    from kagglekit.loop.train import AGREE_EVERY
+    from kagglekit.loop.epochs import AGREE_EVERY
     assert launch(_stop_requested_on_rank_one, nprocs=2, join_timeout_s=120) == \
         ("requested", AGREE_EVERY)  # decided together at the next agreement step, no hang
 
@@ -212,3 +267,27 @@ def test_ranks_forked_after_the_notebook_ran_a_parallel_op_do_not_hang():
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     done = subprocess.run([sys.executable, str(job)], env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0 and "RANKS DONE" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+def _resume_where_rank_one_sees_an_older_folder(ckpt: str, hide: int | None):
+    kk.seed_everything(0)
+    manager = kk.CheckpointManager(ckpt, search=[])
+    if hide is not None and kk.ranks.rank() == 1:  # it read the folder before the newest save
+        candidates = manager.candidates
+        manager.candidates = lambda: [f for f in candidates() if f.step != hide]
+    model = models.MLP(16, 32, 4)
+    result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.5),
+                    data.make_loader(datasets.tabular(512, features=16, seed=0), 16, num_workers=0),
+                    LOSS, epochs=10, max_steps=12 if hide else 8, progress=False, save_every_min=0,
+                    checkpoints=manager)
+    return result.summary()
+
+
+def test_every_rank_resumes_from_the_checkpoint_rank_zero_chose(tmp_path):
+    """Each rank looking for itself could pick another checkpoint while saves land (before:
+    rank 0 at step 8, rank 1 at step 7, their collectives out of step until the timeout)."""
+    launch(_resume_where_rank_one_sees_an_older_folder, str(tmp_path), None, nprocs=2)
+    resumed = launch(_resume_where_rank_one_sees_an_older_folder, str(tmp_path), 8, nprocs=2,
+                     timeout_s=30)
+    assert resumed["resumed_from"].endswith("step-00000008.pt")
+    assert resumed["steps"] == 12 and resumed["steps_this_session"] == 4

@@ -8,7 +8,8 @@ import torch
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import data, datasets, models
+from kagglekit import datasets, models
+from kagglekit import loaders as data
 from kagglekit.loop.schedule import ScheduleError
 from kagglekit.state.checkpoint import CheckpointManager
 

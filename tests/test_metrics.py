@@ -4,7 +4,8 @@ import pytest
 import torch
 from sklearn import metrics as sk
 
-from kagglekit import launcher, metrics, segment3d
+import kagglekit as kk
+from kagglekit import metrics, segment3d
 from kagglekit.parallel.launcher import launch
 
 
@@ -78,7 +79,7 @@ def test_the_kits_dice_equals_scikit_learns_binary_f1():
 def _score_my_shard(index_of_rank: dict):
     """Each rank holds a different number of rows (and rank 1 a padded repeat)."""
     scores, labels = _tied(3)
-    index = index_of_rank[launcher.context().rank]
+    index = index_of_rank[kk.ranks.rank()]
     s, y = metrics.gather(scores[index], labels[index], index=index)
     return metrics.average_precision(s, y), len(s)
 

@@ -7,7 +7,8 @@ import torch
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import data, datasets, models, monitor
+from kagglekit import datasets, models, monitor
+from kagglekit import loaders as data
 
 
 def _fake_nvml(util_by_gpu: list[int]):
@@ -152,6 +153,7 @@ def test_the_cycle_loop_runs_the_callers_steps_at_their_own_width(tmp_path):
     """gpu_utilization crashed with its Kaggle parameters (size 512): the CPU part of each
     cycle was built at a default width. The steps are now the caller's, whatever their shape."""
     import numpy as np
+
     from kagglekit import cycles
     w = torch.randn(512, 512) / 512 ** 0.5
     rows = cycles.study(lambda c: np.full((4, 512), c % 7, dtype=np.float32), lambda x: x @ w, 16,
@@ -192,6 +194,7 @@ def test_fifty_cycles_per_graph_replay_what_eager_cycles_compute(tmp_path, monke
     """130 cycles, 50 per graph: two replays of one 50-cycle graph and 30 cycles eagerly; every
     cycle's result equals the synchronous loop's, bit for bit."""
     import numpy as np
+
     from kagglekit import cudagraph, cycles
     monkeypatch.setattr(cudagraph, "GraphedFunction", StandinGraphedFunction)
     StandinGraphedFunction.made = []
@@ -227,6 +230,7 @@ def test_the_pool_size_comes_from_a_measured_cycle(monkeypatch):
     """A CPU part of 20 ms against an instant GPU step asks for every core but one; the
     reverse for one worker (ratios far from any rounding edge: a loaded machine keeps them)."""
     import numpy as np
+
     from kagglekit import cycles
     monkeypatch.setattr(cycles.os, "sched_getaffinity", lambda pid: set(range(4)))
     slow_cpu = cycles.pool_workers(lambda c: time.sleep(0.02) or np.zeros(4, np.float32), lambda x: x,

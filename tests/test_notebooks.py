@@ -304,6 +304,7 @@ def test_segmentation_3d_killed_mid_training_resumes_when_run_again(tmp_path):
     import subprocess
     import sys
     import time
+
     from kagglekit.tools.notebook_runner import run_folder
     out = tmp_path / "runs"
     notebook = REPO / "notebooks" / "segmentation_3d.ipynb"
@@ -356,7 +357,8 @@ def test_timeseries_on_a_long_table_rerun_hits_every_model_and_one_change_retrai
     models = {"xgboost", "lightgbm", "lstm", "lstm_tuned"}
     out = run_notebook(path, params, output_dir=tmp_path / "ts", progress=False)
     first = _metrics(out)
-    assert {e["name"] for e in first["cache"]["entries"] if not e["hit"]} == models
+    fold = {f"{m}-forecast-fold0" for m in models} | {"forecast-fold0"}  # each model, and the fold
+    assert {e["name"] for e in first["cache"]["entries"] if not e["hit"]} == fold
     rows = {r["model"]: r for r in first["models"]}
     assert set(rows) == models | {"seasonal_naive", "ensemble"}
     assert _finite_numbers(first) and all(r["mae"] > 0 for r in rows.values())
@@ -365,7 +367,7 @@ def test_timeseries_on_a_long_table_rerun_hits_every_model_and_one_change_retrai
     for model in ("xgboost", "lightgbm", "lstm"):  # each search ran its total
         trials = first[f"search_{model}"]["trials"]
         assert trials.get("COMPLETE", 0) + trials.get("PRUNED", 0) == 2
-    assert list((out / "cache" / "lightgbm").rglob("value.txt"))
+    assert list((out / "cache" / "lightgbm-forecast-fold0").rglob("value.txt"))  # text, not pickle
     for png in ("forecast.png", "models.png", "learning_curves_lstm.png", "future.png"):
         assert (out / png).exists()
     assert_reads_as_a_report(out, "timeseries_forecast")
@@ -375,14 +377,17 @@ def test_timeseries_on_a_long_table_rerun_hits_every_model_and_one_change_retrai
     assert len([p for p in stamps if p.suffix == ".db"]) == 3
 
     second = _metrics(run_notebook(path, params, output_dir=out, progress=False))
-    assert (second["cache"]["hits"], second["cache"]["misses"]) == (4, 0)
+    assert (second["cache"]["hits"], second["cache"]["misses"]) == (1, 0)  # the fold, whole
     assert second["cache"]["seconds_saved"] > 0
     assert [r["mae"] for r in second["models"]] == [r["mae"] for r in first["models"]]
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # no training step, no new trial
 
     changed = _metrics(run_notebook(path, {**params, "lgb_rounds": 150}, output_dir=out,
                                     progress=False))
-    assert [e["name"] for e in changed["cache"]["entries"] if not e["hit"]] == ["lightgbm"]
+    assert {e["name"] for e in changed["cache"]["entries"] if not e["hit"]} == {"lightgbm-forecast-fold0",
+                                                                              "forecast-fold0"}
+    kept = {r["model"]: (r["mae"], r["cached"]) for r in changed["models"]}
+    assert kept["lstm"] == (rows["lstm"]["mae"], True) and kept["xgboost"] == (rows["xgboost"]["mae"], True)
 
 
 @pytest.mark.slow

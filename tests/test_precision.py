@@ -40,14 +40,14 @@ def test_explicit_choices_on_a_modern_card_and_typos():
 
 
 def test_scaler_is_enabled_only_for_fp16():
-    assert not precision.choose("auto", None).make_scaler().is_enabled()  # CPU: fp32
+    assert not precision.Amp(precision.choose("auto", None)).scaler.is_enabled()  # CPU: fp32
     t4, a100 = precision.choose("auto", (7, 5)), precision.choose("auto", (8, 0))
     assert t4.needs_scaler and not a100.needs_scaler  # fp16 on a T4, bf16 on Ampere
     # The scaler follows the choice (built for the CPU here: a CUDA one disables itself
     # on a machine without CUDA, which would hide a wrong choice).
-    assert precision.Precision("fp16", "cpu").make_scaler().is_enabled()
-    assert not precision.Precision("bf16", "cpu").make_scaler().is_enabled()
-    assert not precision.Precision("fp32", "cpu").make_scaler().is_enabled()
+    assert precision.Amp(precision.Precision("fp16", "cpu")).scaler.is_enabled()
+    assert not precision.Amp(precision.Precision("bf16", "cpu")).scaler.is_enabled()
+    assert not precision.Amp(precision.Precision("fp32", "cpu")).scaler.is_enabled()
 
 
 def test_report_on_simulated_t4x2_picks_fp16_without_touching_cuda(monkeypatch):

@@ -237,7 +237,8 @@ def test_make_compare_finds_a_metadata_variants_local_run_under_its_notebook(tmp
          "accelerator": {"ok": True}}))
     done = _cli("compare", "gnn_elliptic", "--runs", str(runs), env=_clean_env({}))
     assert done.returncode == 1, done.stdout + done.stderr  # 11.8% off the local run: a failure
-    assert "0.75 misses 0.8 (floor 0.7)" in done.stdout and "| difference from the local run | **FAIL** | 11.8%" in done.stdout
+    assert "0.75 misses 0.8 (floor 0.7)" in done.stdout
+    assert "| difference from the local run | **FAIL** | 11.8%" in done.stdout
 
 
 def test_a_metadata_variant_names_a_kernel_of_its_notebook(monkeypatch):
@@ -270,6 +271,7 @@ def test_the_wheels_dataset_holds_wheels_for_kaggles_python_not_this_one(tmp_pat
     """Kaggle's image runs CPython 3.12 on manylinux x86_64; this machine's Python may differ:
     a compiled package's wheel is fetched for the image's interpreter (MarkupSafe: cp312)."""
     import sys
+
     from kagglekit.tools.publish import wheels
     monkeypatch.setattr(wheels, "pinned", lambda package: "3.0.2")
     found = wheels.fetch(["markupsafe"], tmp_path)["markupsafe"]

@@ -94,8 +94,8 @@ def _check_the_scoring_rerun(runs: Path) -> None:
     its checkpoints' bytes as v3 left them; no validation mask; its decode cache (/kaggle/temp)
     holds exactly the hidden test volumes, so no label or training image was ever decoded;
     and its submission.zip holds every hidden id (the stand-in's, not the public one)."""
-    from kagglekit.tools import standins
     from kagglekit.tasks.segment3d import check_submission
+    from kagglekit.tools import standins
     working, temp = runs / "rerun" / "working", runs / "rerun" / "temp"
     metrics = json.loads((working / "metrics.json").read_text())
     hidden = sorted(vid for vid, _, _ in standins.HIDDEN_TEST)

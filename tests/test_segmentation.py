@@ -196,14 +196,30 @@ def test_a_compressed_volume_is_decoded_once_then_cropped_from_the_cache(tmp_pat
 
 def test_a_full_disk_reads_crops_directly_and_says_so_once(tmp_path, no_imagecodecs, monkeypatch):
     image, _ = sheet_volume((12, 16, 16))
-    from kagglekit.readers import tiff
-    monkeypatch.setattr(tiff, "_free_bytes", lambda folder: 0)
+    monkeypatch.setattr(kk.volumecache, "_free_bytes", lambda folder: 0)
     cache = volumes.VolumeCache(tmp_path / "cache")
     paths = [volumes.write_volume(tmp_path / f"{i}.tif", image, compress="lzw") for i in range(2)]
     with pytest.warns(UserWarning, match="no room for more decoded volumes") as warned:
         crops = [volumes.TiffVolume(p, cache).crop((1, 2, 3), 4) for p in paths]
     assert len(warned) == 1 and all(np.array_equal(c, image[1:5, 2:6, 3:7]) for c in crops)
     assert not list((tmp_path / "cache").glob("*.npy"))
+
+
+def test_a_cache_budget_smaller_than_the_volumes_caches_what_fits_and_names_the_rest(
+        tmp_path, no_imagecodecs):
+    image, _ = sheet_volume((16, 20, 20))
+    paths = [volumes.write_volume(tmp_path / f"{i}.tif", image, compress="lzw") for i in range(4)]
+    cache = volumes.VolumeCache(tmp_path / "cache", budget_bytes=int(2.5 * image.nbytes))
+    vols = [volumes.TiffVolume(p, cache) for p in paths]
+    plan = cache.plan(vols, patch=8)
+    assert (plan.volumes, plan.cached, plan.left_out) == (4, 2, ["2.tif", "3.tif"])
+    text = str(plan)
+    assert "2 of 4 compressed volumes fit" in text and "2.tif, 3.tif" in text
+    assert "ms a crop instead of" in text and "50% of the crops" in text  # what it costs
+    assert all(np.array_equal(v.crop((1, 2, 3), 4), image[1:5, 2:6, 3:7]) for v in vols)
+    assert len(list((tmp_path / "cache").glob("*.npy"))) == 2  # within the budget
+    again = volumes.VolumeCache(tmp_path / "cache", budget_bytes=0).plan(vols)  # next session
+    assert again.cached == 2 and again.cached_bytes == 0  # what is cached stays in use
 
 
 def test_the_kaggle_parameters_fit_a_t4_by_the_memory_estimate():

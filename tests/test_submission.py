@@ -78,8 +78,10 @@ def test_predictions_keyed_by_series_and_date_become_the_competitions_format(tmp
 def test_a_declared_schema_checks_a_submission_without_a_sample(tmp_path):
     frame = pd.DataFrame({"node": [3, 1, 2], "predicted": [0, 1, 1], "probability": [0.1, 0.8, 0.6]})
     schema = submission.declared(frame, ["node"])
-    path = submission.write(frame, tmp_path / "submission.csv", schema)
-    assert submission.check(path, schema) == 3
+    written = submission.write(frame, tmp_path / "submission.csv", schema)
+    assert written == {"file": "submission.csv", "rows": 3, "columns": ["node", "predicted", "probability"],
+                       "id_columns": ["node"], "format": "declared"}
+    assert submission.check(tmp_path / "submission.csv", schema) == 3
     with pytest.raises(SubmissionError, match=r"row 2 \(node=1\), column 'predicted': 0.5 is not a "
                                               r"finite whole number"):
         submission.check(frame.assign(predicted=[0, 0.5, 1]), schema)

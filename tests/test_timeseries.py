@@ -4,7 +4,8 @@ import pandas as pd
 import pytest
 import torch
 
-from kagglekit import data, timeseries
+from kagglekit import loaders as data
+from kagglekit import timeseries, windows
 
 
 def write_long_table(folder, suffix=".csv", seed=0):
@@ -33,7 +34,7 @@ def windows_of(frame, channels, lookback=14, horizon=7):
     codes = pd.factorize(frame["series"])[0]
     splits = timeseries.split_of(frame["time"], timeseries.time_cuts(frame["time"]))
     values = torch.from_numpy(frame[channels].to_numpy(np.float32))
-    return [timeseries.Windows(values, codes, splits, k, lookback, horizon) for k in range(3)], codes
+    return [windows.Windows(values, codes, splits, k, lookback, horizon) for k in range(3)], codes
 
 
 def test_no_window_forecasts_a_time_before_a_later_split_and_none_crosses_series(tmp_path):
@@ -75,10 +76,10 @@ def test_stride_keeps_every_nth_origin_of_each_series():
     values = torch.arange(40, dtype=torch.float32)[:, None]
     codes = np.repeat([0, 1], 20)
     splits = np.zeros(40, dtype=int)
-    w = timeseries.Windows(values, codes, splits, 0, 4, 2, stride=3)
+    w = windows.Windows(values, codes, splits, 0, 4, 2, stride=3)
     assert w.origins.tolist() == [4, 7, 10, 13, 16, 24, 27, 30, 33, 36]
     with pytest.raises(timeseries.TableError, match="no window of lookback 30"):
-        timeseries.Windows(values, codes, splits, 0, 30, 2)
+        windows.Windows(values, codes, splits, 0, 30, 2)
 
 
 def test_loader_workers_follow_num_workers(monkeypatch):
@@ -122,11 +123,12 @@ def test_a_store_sales_table_two_id_columns_and_closed_days_reads_onto_a_regular
     assert float(christmas["sales"].iloc[0]) == float(one[one["time"] == "2016-12-24"]["sales"].iloc[0])
     values = torch.from_numpy(frame[channels].to_numpy(np.float32))
     codes = pd.factorize(frame["series"])[0]
-    latest = timeseries.latest(values, codes, 14)
+    latest = windows.latest(values, codes, 14)
     assert torch.equal(latest.past()[3], values[-14:])  # the last series' last 14 steps
-    future = timeseries.future_frame(frame, latest, np.ones((4, 16)), time="date", target="sales",
-                                     series_columns=["store_nbr", "family"])
-    assert len(future) == 64 and future["date"].min() == pd.Timestamp("2017-02-01")
+    future, keys = timeseries.future_frame(frame, latest, np.ones((4, 16)), time="date", target="sales",
+                                           series_columns="store_nbr, family")
+    assert keys == ["store_nbr", "family", "date"] and len(future) == 64
+    assert future["date"].min() == pd.Timestamp("2017-02-01")
     assert future["date"].max() == pd.Timestamp("2017-02-16")
 
 

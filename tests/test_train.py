@@ -5,7 +5,8 @@ import torch
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import accel, data, datasets, models
+from kagglekit import accel, datasets, models
+from kagglekit import loaders as data
 from kagglekit.state.checkpoint import CheckpointManager
 
 LOSS = kk.supervised(F.cross_entropy)
@@ -183,7 +184,7 @@ def test_a_resumed_runs_progress_line_rates_only_this_sessions_steps(capsys, mon
 
 @pytest.mark.parametrize("accumulate", [1, 3])
 def test_a_schedule_in_optimizer_steps_holds_with_accumulation(accumulate):
-    """kk.data.schedule counts optimizer steps: with 3 batches per step, 12 steps read 36
+    """kk.loaders.schedule counts optimizer steps: with 3 batches per step, 12 steps read 36
     batches and validate every 2 steps, as without accumulation."""
     torch.manual_seed(0)
     ds = datasets.tabular(64 * 8, features=8, classes=2)

@@ -12,7 +12,8 @@ import torch
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import data, datasets, models, tune
+from kagglekit import datasets, models, tune
+from kagglekit import loaders as data
 from kagglekit.search import sizing, studyreport
 
 JOB = Path(__file__).parent / "jobs" / "tune_job.py"
@@ -53,7 +54,7 @@ def test_a_killed_search_restarted_ends_with_exactly_n_and_retries_the_killed_tr
     done = subprocess.run([sys.executable, str(JOB), str(tmp_path), "6", "0.05"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    study = tune.load_study("killed", tune.storage_url(tmp_path / "killed.db"), "maximize")
+    study = tune.load_study("killed", kk.studystore.storage_url(tmp_path / "killed.db"), "maximize")
     states = tune.counts(study)
     assert states == {"COMPLETE": 6, "FAIL": 1}
     retried = [t for t in study.trials if t.system_attrs.get("failed_trial") == 2]
@@ -69,7 +70,7 @@ def test_a_study_in_an_attached_input_is_continued_not_restarted(tmp_path, kaggl
     mounted.mkdir(parents=True)
     shutil.copy(previous / "carry.db", mounted / "carry.db")
     first_four = [t.params for t in tune.load_study(
-        "carry", tune.storage_url(previous / "carry.db"), "maximize").trials]
+        "carry", kk.studystore.storage_url(previous / "carry.db"), "maximize").trials]
     working = kaggle_tree / "working" / "tune"
     study = tune.optimize(busy_objective, "carry", 7, directory=working, workers=1)
     assert tune.counts(study) == {"COMPLETE": 7}
@@ -91,7 +92,7 @@ def _fit_objective(trial):
 
 
 def test_a_deliberately_bad_configuration_is_pruned(tmp_path):
-    study = tune.load_study("prune", tune.storage_url(tmp_path / "prune.db"), "minimize",
+    study = tune.load_study("prune", kk.studystore.storage_url(tmp_path / "prune.db"), "minimize",
                             pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=0))
     for lr in (0.05, 0.08, 0.1, 0.0):  # three sound ones, then one that never learns
         study.enqueue_trial({"lr": lr})
@@ -156,7 +157,7 @@ def test_on_two_gpus_each_worker_runs_its_trials_on_its_own_card(tmp_path, monke
 
     def objective(trial):  # what a fit inside the objective would train on
         trial.set_user_attr("visible", os.environ.get("CUDA_VISIBLE_DEVICES"))
-        trial.set_user_attr("device", str(kk.ranks.context().device))
+        trial.set_user_attr("device", str(kk.ranks.default_device()))
         trial.set_user_attr("trees", kk.boosting.xgboost_device())  # XGBoost's device there
         time.sleep(0.3)  # long enough that both workers take trials
         return trial.suggest_float("x", 0, 1)
@@ -234,7 +235,7 @@ def test_a_search_that_only_fails_stops_with_its_error_and_the_fixed_one_carries
         with pytest.raises(tune.SearchFailed, match=r"first 3 trials of this session failed.*"
                                                     r"fix the objective.*KeyError: 'lr_max'"):
             tune.optimize(broken, "fixed", 4, directory=tmp_path, workers=1)
-    assert tune.counts(tune.load_study("fixed", tune.storage_url(tmp_path / "fixed.db"),
+    assert tune.counts(tune.load_study("fixed", kk.studystore.storage_url(tmp_path / "fixed.db"),
                                        "maximize")) == {"FAIL": 6}
     study = tune.optimize(lambda t: t.suggest_float("x", 0, 1), "fixed", 4, directory=tmp_path,
                           workers=1)

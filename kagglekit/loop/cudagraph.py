@@ -97,7 +97,7 @@ class GraphedModel:
         self._pass_graphed = False
         self.active = False
 
-    def install(self) -> "GraphedModel":
+    def install(self) -> GraphedModel:
         if self.mode != "off" and self.inactive is None and not self.active:
             self.module.forward = self._forward
             self.active = True

@@ -2,7 +2,7 @@
 
 ``fit`` uses it; a hand-written loop gets the same guarantees with a few calls::
 
-    parts = Parts(model, optimizer, scheduler, precision, precision.make_scaler(), device)
+    parts = Parts(model, optimizer, scheduler, kk.precision.Amp(run.precision), device)
     keeper = Durable(parts, run.checkpoints("mine"), config=run.config)
     if not keeper.resume(loader):          # False: nothing finished to skip
         for batch in loader:
@@ -17,17 +17,22 @@ and every rank checks the loss is finite before a state becomes a checkpoint.
 from __future__ import annotations
 
 import io
+import json
+import os
 import sys
 import time
 import warnings
 
 import torch
 
-from . import guards
 from ..machine import precision as precision_mod
 from ..parallel import ranks
+from ..parallel.forked import RestartRequest
 from ..state.checkpoint import CheckpointManager, restore, snapshot
+from . import guards
 from .fitstate import LoopState, Parts
+
+OOM_ENV = "KAGGLEKIT_OOM"  # a restart's smaller batches: {"split": n, "events": [...]}
 
 
 class RolledBack(Exception):
@@ -55,7 +60,7 @@ class Durable:
         if self.early_stopping is not None:
             extra["early_stopping"] = self.early_stopping.state_dict()
         p = self.parts
-        return snapshot(p.model, p.optimizer, p.scheduler, p.scaler, **extra)
+        return snapshot(p.model, p.optimizer, p.scheduler, p.amp.scaler, **extra)
 
     # ---- saving ----------------------------------------------------------
     def due(self, save_every_min: float | None) -> bool:
@@ -80,6 +85,37 @@ class Durable:
         self.last_checkpoint = str(path)
         self.save_s = time.monotonic() - started
 
+    def save_for_restart(self, event: dict, split: int) -> RestartRequest:
+        """A DDP rank out of memory: record the smaller batches, save the state its step
+        started from under the rank's own name (rank 0 may be saving that step right now),
+        and return the restart that carries on from there. No collective: the other ranks may
+        be stuck in one."""
+        st = self.state
+        st.split = max(st.split, split)
+        st.oom_events.append(event)
+        saved = None
+        if self.checkpoints is not None:
+            metrics = st.history[-1] if st.history else {}
+            saved = self.checkpoints.save(self.snapshot(), step=st.step, epoch=st.epoch,
+                                          metrics=metrics, config=self.config,
+                                          tag=f"r{event['rank']}")
+        where = f"saved {saved.name}" if saved else "no checkpoints: the fit starts over"
+        reason = (f"rank {event['rank']} ran out of CUDA memory at step {event['step']} ({where}); "
+                  f"every rank goes on with per-GPU batches of {event['per_gpu_batch']} "
+                  f"(split x{st.split}, same effective batch)")
+        return RestartRequest(reason, {OOM_ENV: json.dumps({"split": st.split,
+                                                            "events": st.oom_events})})
+
+    def after_restart(self) -> None:
+        """After a restart for memory: the smaller batches and their record, where the state
+        resumed from does not carry them (a fit without checkpoints)."""
+        plan = os.environ.get(OOM_ENV)
+        if not plan:
+            return
+        plan, st = json.loads(plan), self.state
+        st.split = max(st.split, int(plan["split"]))
+        st.oom_events += [e for e in plan["events"] if e not in st.oom_events]
+
     # ---- resuming --------------------------------------------------------
     def resume(self, loader=None, enabled: bool = True, length=None, start=None) -> bool:
         """Restore the newest usable checkpoint of this run's identity; True when nothing is
@@ -98,7 +134,7 @@ class Durable:
                 if ranks.is_main():
                     self.checkpoints.clear()
                 return False
-            found = self.checkpoints.load_latest(map_location=self.parts.device)
+            found = self.agreed_latest()
             if found is None:
                 self.say_why_not_resumed()
                 return False
@@ -113,6 +149,18 @@ class Durable:
         finally:
             self.guard = guards.NonFiniteGuard(self.state.step)
             self.keep_initial_state()
+
+    def agreed_latest(self):
+        """The newest usable checkpoint, the same on every rank: rank 0 picks it, the others
+        load what rank 0 picked. Each looking for itself could find another one while the folder
+        changes (a save landing between two ranks' reads), and ranks at different steps wait
+        for each other's collectives forever."""
+        device = self.parts.device
+        found = self.checkpoints.load_latest(map_location=device) if ranks.is_main() else None
+        chosen = ranks.from_main(str(found[0].path) if found else None, device)
+        if ranks.is_main() or chosen is None:
+            return found
+        return self.checkpoints.load_file(chosen, map_location=device)
 
     def _to_length(self, final: bool, length, start) -> bool:
         """Whether the resumed state already covers ``length``; else ready it to train on."""
@@ -141,10 +189,10 @@ class Durable:
 
     def load(self, state: dict) -> None:
         """Put ``state`` (a checkpoint's) into the live objects and the loop."""
-        if state["loop"].get("precision") == "fp32" and self.parts.precision.name == "fp16":
+        if state["loop"].get("precision") == "fp32" and self.parts.amp.name == "fp16":
             self.fall_back_to_fp32()  # an earlier session gave fp16 up for this run
         p = self.parts
-        restore(state, p.model, p.optimizer, p.scheduler, p.scaler)
+        restore(state, p.model, p.optimizer, p.scheduler, p.amp.scaler)
         p.state = LoopState.from_dict(state["loop"])
         if self.early_stopping is not None and "early_stopping" in state:
             self.early_stopping.load_state_dict(state["early_stopping"])
@@ -166,28 +214,31 @@ class Durable:
     def keep_initial_state(self) -> None:
         """Under automatic fp16 a non-finite loss rolls back to the last good state;
         before the first checkpoint that is the start (kept as bytes in host memory)."""
-        if self.parts.precision.name == "fp16" and self.parts.precision.auto:
+        if self.parts.amp.name == "fp16" and self.parts.amp.auto:
             buf = io.BytesIO()
             torch.save(self.snapshot(), buf)
             self.initial = buf.getvalue()
 
-    def check_finite(self, agree: bool = False) -> None:
+    def check_finite(self, agree: bool = False, also: list[bool] = ()) -> list[bool]:
         """Act on a NaN/inf loss seen since the last check (one host sync): raise
-        NonFiniteLoss, or under automatic fp16 roll back to fp32 (raises RolledBack)."""
+        NonFiniteLoss, or under automatic fp16 roll back to fp32 (raises RolledBack). Under
+        DDP (``agree``) the ranks decide together, in the one collective that also agrees on
+        the loop's ``also`` flags, returned agreed."""
         found = self.guard.found(self.state.summed_loss(), self.state.step)
-        bad = ranks.agree([found is not None], self.parts.device)[0] if agree else found is not None
-        if not bad:
-            return
+        flags = [found is not None, *also]
+        if agree:
+            flags = ranks.agree(flags, self.parts.device)
+        if not flags[0]:
+            return flags[1:]
         first, step, loss = found or (self.state.step, self.state.step, float("nan"))  # another rank's
-        chosen = self.parts.precision
+        chosen = self.parts.amp
         if not (chosen.name == "fp16" and chosen.auto):
             raise guards.NonFiniteLoss(guards.advice((first, step), loss, chosen.name,
                                                      self.last_checkpoint))
         self.roll_back_to_fp32(first, step, loss)
 
     def roll_back_to_fp32(self, first: int, step: int, loss: float) -> None:
-        found = self.checkpoints.load_latest(map_location=self.parts.device) \
-            if self.checkpoints else None
+        found = self.agreed_latest() if self.checkpoints else None
         state = found[1] if found else torch.load(io.BytesIO(self.initial), weights_only=True,
                                                   map_location=self.parts.device)
         self.fall_back_to_fp32()
@@ -205,5 +256,4 @@ class Durable:
         raise RolledBack
 
     def fall_back_to_fp32(self) -> None:
-        self.parts.precision = precision_mod.Precision("fp32", self.parts.device.type)
-        self.parts.scaler = self.parts.precision.make_scaler()
+        self.parts.amp = precision_mod.Amp(precision_mod.Precision("fp32", self.parts.device.type))

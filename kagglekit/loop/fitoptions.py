@@ -1,71 +1,59 @@
-"""``fit``'s options, in three groups: speed, durability, watching.
+"""``fit``'s options, filed into the groups its parts read: speed, durability, watching.
 
-Pass a group (``fit(..., speed=Speed(precision="bf16", accumulate=4))``) or any of
-its fields by name (``fit(..., accumulate=4)``): each name belongs to exactly one
-group. What is not given comes from the run context ``fit(..., run=run)`` receives
-(precision, resume, time budget, config, the sandbox's work cap), else from the
-defaults below.
+Options are passed to ``fit`` as keywords, documented there once; ``fit`` builds the three
+groups from them (``from_keywords``). What a fit is not given comes from the run context it
+receives (precision, resume, time budget, config, the sandbox's work cap: ``Durability.resolved``
+and ``capped``), else from ``fit``'s defaults. Why a fit stopped is a ``Stop``.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Callable
+from enum import Enum
 
 from ..machine.budget import Budget
 
 
+class Stop(str, Enum):
+    """Why a fit stopped (a str: metrics.json and older checkpoints hold the value)."""
+    COMPLETED = "completed"
+    MAX_STEPS = "max_steps"
+    TIME_BUDGET = "time_budget"  # not finished: the next session resumes
+    EARLY_STOPPING = "early_stopping"
+    REQUESTED = "requested"  # a hook asked (state.request_stop())
+    INTERRUPTED = "interrupted"  # the Stop button or SIGTERM: saved, then Interrupted raised
+    ALREADY_COMPLETE = "already_complete"  # resumed a finished run: nothing trained
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def ends_the_run(self) -> bool:
+        """A longer run asked for later would stop here too (nothing to train on)."""
+        return self in (Stop.EARLY_STOPPING, Stop.REQUESTED)
+
+
 @dataclass(frozen=True)
 class Speed:
-    """How fast: precision, compilation, CUDA graphs, accumulation, clipping, OOM back-off.
-
-    precision: "auto" (per card: bf16 >= 8.0, fp16 + GradScaler on 7.x, fp32 on CPU),
-        "fp32", "fp16", "bf16", or a ``Precision``; None: the run's ``precision``.
-    compile: "off", "auto" (torch.compile, eager on failure), "strict", or a dict of
-        torch.compile options (auto mode).
-    cuda_graphs: "off", "auto" or "strict": capture the training forward and backward
-        at the first step and replay them (for small, launch-bound models); steps whose
-        shapes change run eagerly. Warm-up runs the first batch 3 extra times (11 under
-        DDP) without updating weights; it does draw from the CUDA RNG.
-    cudnn_benchmark: let cuDNN time its kernels for the fit's shapes and keep the fastest
-        (on for fixed shapes; set back to what it was when the fit ends).
-    accumulate: micro-batches per optimizer step (no DDP sync between them).
-    clip_grad_norm: max global gradient norm (of the unscaled gradients).
-    oom_backoff / min_batch: on CUDA out-of-memory retry the step with each batch cut in
-        two (same effective batch) down to ``min_batch`` per GPU; under DDP the ranks
-        agree and gradients are all-reduced after backward (pass False for DDP's overlap).
-    """
-    precision: object = None
-    compile: object = "off"
-    cuda_graphs: str = "off"
-    cudnn_benchmark: bool = True
-    accumulate: int = 1
-    clip_grad_norm: float | None = None
-    oom_backoff: bool = True
-    min_batch: int = 1
+    precision: object
+    compile: object
+    cuda_graphs: str
+    cudnn_benchmark: bool
+    accumulate: int
+    clip_grad_norm: float | None
+    oom_backoff: bool
+    min_batch: int
 
 
 @dataclass(frozen=True)
 class Durability:
-    """What survives a kill: checkpoints, resume, the time budget.
+    checkpoints: object
+    save_every_min: float | None
+    resume: bool | None
+    time_budget: object
+    config: dict | None
 
-    checkpoints: a CheckpointManager, a name (the run's ``checkpoints/<name>``), or
-        None (no saving, no resuming).
-    save_every_min: minutes between mid-epoch saves (0: every step; None: epoch ends).
-    resume: continue from the newest checkpoint of this run's identity (working dir or
-        inputs); False deletes this identity's checkpoints and starts over. None: the
-        run's ``force_retrain`` decides.
-    time_budget: seconds or a Budget; None: the run's (``time_budget_s``), else the Kaggle
-        session limit on Kaggle and none elsewhere. The loop stops with a checkpoint first.
-    config: stored in every checkpoint's sidecar and part of the run's identity
-        (None: the run's config).
-    """
-    checkpoints: object = None
-    save_every_min: float | None = 20.0
-    resume: bool | None = None
-    time_budget: object = None
-    config: dict | None = None
-
-    def resolved(self, run) -> "Durability":
+    def resolved(self, run) -> Durability:
         """Every None the run decides, decided (explicit values win)."""
         manager = self.checkpoints
         if isinstance(manager, str):
@@ -83,58 +71,33 @@ class Durability:
 
 @dataclass(frozen=True)
 class Watch:
-    """Who watches: hooks, early stopping, limits, progress, profiling.
-
-    on_step_end / on_epoch_end: ``hook(state: LoopState)``; may call
-        ``state.request_stop()`` or ``state.request_checkpoint()``.
-    max_steps / limit_batches: cap optimizer steps in total / batches per epoch.
-    profile_every: time the phases of one step in this many (data wait, copy, compute,
-        optimizer): CUDA events on GPU (no host sync), wall clock on CPU.
-    monitor_gpu: sample GPU utilisation and memory through NVML (rank 0, on GPU).
-    """
-    early_stopping: object = None
-    on_step_end: Callable | None = None
-    on_epoch_end: Callable | None = None
-    max_steps: int | None = None
-    limit_batches: int | None = None
-    progress: bool = True
-    profile_every: int = 25
-    monitor_gpu: bool = True
+    early_stopping: object
+    on_step_end: Callable | None
+    on_epoch_end: Callable | None
+    max_steps: int | None
+    limit_batches: int | None
+    progress: bool
+    profile_every: int
+    monitor_gpu: bool
 
 
-GROUPS = (Speed, Durability, Watch)
-UNSET = object()  # a keyword fit() was not given (None is a value some options take)
-
-
-def capped(watch: Watch, cap: int | None) -> Watch:
-    """``watch`` with max_steps and limit_batches within the sandbox's work cap."""
-    if cap is None:
-        return watch
-    def smaller(value):
-        return cap if value is None else min(value, cap)
-    return replace(watch, max_steps=smaller(watch.max_steps), limit_batches=smaller(watch.limit_batches))
-
-
-def group(speed: Speed | None, durability: Durability | None, watch: Watch | None,
-          options: dict) -> tuple[Speed, Durability, Watch]:
-    """The three groups, with ``options`` (flat names; UNSET ones ignored) filed into their
-    own group."""
-    options = {k: v for k, v in options.items() if v is not UNSET}
-    given = [speed or Speed(), durability or Durability(), watch or Watch()]
-    homes = {f.name: i for i, cls in enumerate(GROUPS) for f in fields(cls)}
-    unknown = sorted(set(options) - set(homes))
-    if unknown:
-        raise TypeError(f"fit() got unknown option(s) {unknown}; options are the fields of "
-                        + "; ".join(f"{c.__name__}({', '.join(f.name for f in fields(c))})"
-                                    for c in GROUPS))
-    for i in range(3):
-        mine = {k: v for k, v in options.items() if homes[k] == i}
-        if mine:
-            given[i] = replace(given[i], **mine)
-    speed, durability, watch = given
+def from_keywords(options: dict) -> tuple[Speed, Durability, Watch]:
+    """The groups, from ``fit``'s keyword arguments (each name in exactly one group)."""
+    speed, durability, watch = (cls(**{f.name: options[f.name] for f in fields(cls)})
+                                for cls in (Speed, Durability, Watch))
     if speed.accumulate < 1:
         raise ValueError(f"accumulate={speed.accumulate} must be >= 1")
     if speed.compile != "off" and speed.cuda_graphs != "off":
         raise ValueError("compile and cuda_graphs are two ways to the same end: pass "
                          "compile={'mode': 'reduce-overhead'} or cuda_graphs='auto', not both")
     return speed, durability, watch
+
+
+def capped(watch: Watch, cap: int | None) -> Watch:
+    """``watch`` with max_steps and limit_batches within the sandbox's work cap."""
+    if cap is None:
+        return watch
+
+    def smaller(value):
+        return cap if value is None else min(value, cap)
+    return replace(watch, max_steps=smaller(watch.max_steps), limit_batches=smaller(watch.limit_batches))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import monitor
+from .fitoptions import Stop
 
 
 @dataclass
@@ -95,7 +96,7 @@ class LoopState:
                 "stopped": self.stopped}
 
     @classmethod
-    def from_dict(cls, loop: dict) -> "LoopState":
+    def from_dict(cls, loop: dict) -> LoopState:
         return cls(step=loop["step"], epoch=loop["epoch"], batches_done=loop["batches_done"],
                    loss_sum=loop["loss_sum"], loss_steps=loop["loss_steps"],
                    history=list(loop["history"]), split=loop.get("split", 1),
@@ -107,13 +108,12 @@ class LoopState:
 
 @dataclass
 class Parts:
-    """The live objects of one training run. ``precision`` and ``scaler`` may change
-    mid-run (automatic fp16 giving up for fp32); ``state`` is replaced on a roll-back."""
+    """The live objects of one training run. ``amp`` (the precision and its GradScaler) may
+    change mid-run (automatic fp16 giving up for fp32); ``state`` is replaced on a roll-back."""
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: object
-    precision: object  # precision.Precision
-    scaler: torch.amp.GradScaler
+    amp: object  # precision.Amp
     device: torch.device
     state: LoopState = field(default_factory=LoopState)
 
@@ -135,7 +135,7 @@ class FitResult:
     history: list
     steps: int
     epochs: int
-    stopped: str  # completed | max_steps | time_budget | early_stopping | requested | already_complete
+    stopped: str  # a fitoptions.Stop (a str): completed, max_steps, time_budget, ...
     seconds: float
     precision: str
     compile: str
@@ -153,20 +153,26 @@ class FitResult:
     session: str = ""  # the run (kk.start) that trained: tells a cached summary from a fresh one
     extended: str | None = None  # a finished run asked for more: from which length to which
 
+    def __post_init__(self):
+        # A plain str, equal to its Stop member: a result saved with torch.save (a cached
+        # value, a job's output) loads with weights_only=True, which refuses the enum class.
+        self.stopped = str(self.stopped)
+
     def diagnosis(self) -> dict:
         """Why the GPU sat idle (or that it did not), with advice."""
         return monitor.diagnose(self.breakdown, self.gpu, len(self.oom_events))
 
     @property
     def finished(self) -> bool:
-        return self.stopped != "time_budget"
+        """Trained to its end (or stopped for good): not cut short by the session's time."""
+        return self.stopped != Stop.TIME_BUDGET
 
     def summary(self) -> dict:
         """Flat facts for metrics.json."""
         last = self.history[-1] if self.history else {}
         scores = {k: v for k, v in last.items() if isinstance(v, (int, float))
                   and k not in ("epoch", "step", "seconds", "samples_per_s")}
-        return {**scores, "steps": self.steps, "epochs": self.epochs, "stopped": self.stopped,
+        return {**scores, "steps": self.steps, "epochs": self.epochs, "stopped": str(self.stopped),
                 "seconds": round(self.seconds, 3), "precision": self.precision,
                 "compile": self.compile, "cuda_graphs": self.cuda_graphs,
                 "resumed_from": self.resumed_from, "session": self.session,

@@ -36,7 +36,7 @@ class GPUSampler:
         self._handles = []
         self._started = None
 
-    def start(self) -> "GPUSampler":
+    def start(self) -> GPUSampler:
         try:
             import pynvml
             pynvml.nvmlInit()
@@ -74,7 +74,7 @@ class GPUSampler:
                 self.reason = f"GPU sampling stopped: {type(err).__name__}: {err}"
                 return
 
-    def stop(self) -> "GPUSampler":
+    def stop(self) -> GPUSampler:
         if self._thread is not None:
             self._stop.set()
             self._thread.join()

@@ -1,14 +1,21 @@
-"""One optimizer step: micro-batches, gradient sync, clipping, scaler, OOM back-off.
+"""One optimizer step: micro-batches, DDP's gradient sync, clipping, scaler, OOM back-off.
 
 ``Stepper`` is the step ``fit`` takes; the functions below are its parts.
 
-Two ways to sync gradients under DDP:
-- "ddp": DDP's hooks all-reduce during the last micro-batch's backward (overlapping
-  communication with compute); the other micro-batches run inside ``no_sync``.
-- "manual": every micro-batch runs inside ``no_sync`` and the gradients are
-  all-reduced afterwards. Slower (no overlap), but no rank is ever stuck inside a
-  collective when another rank runs out of memory, so the ranks can agree on a
-  smaller batch together (the OOM back-off).
+Under DDP the gradients are synchronised by DDP itself: its buckets all-reduce during the last
+chunk's backward, overlapping communication with compute, and every earlier chunk (the
+accumulation micro-batches, the OOM back-off's chunks) runs inside ``no_sync``. The ranks agree
+on nothing per step: no extra collective, no host sync.
+
+Out of CUDA memory, the step is retried with each batch cut in two (``batches.split_batch``;
+each chunk's loss weighted by its share of the samples, so the gradient is the unsplit
+step's):
+- in one process, in place;
+- under DDP a rank cannot retry alone: the others may already wait in the step's all-reduce.
+  It raises ``RankOutOfMemory``; ``fit`` saves the state the step started from (a checkpoint of
+  the rank's own name, the smaller batch recorded) and asks ``kk.launch`` to restart every rank
+  from it (under torchrun, ``--max-restarts`` restarts them). A run where no rank runs out pays
+  nothing for this.
 """
 from __future__ import annotations
 
@@ -17,10 +24,9 @@ import functools
 import gc
 
 import torch
-import torch.distributed as dist
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from ..parallel import ranks
+from ..parallel.batches import batch_size, chunk_weights, split_batch
 
 OOM_ERRORS = (torch.cuda.OutOfMemoryError,)
 _SYNC = contextlib.nullcontext()  # gradients sync as usual (one stateless object for every step)
@@ -30,103 +36,61 @@ class OutOfMemoryFloor(RuntimeError):
     """Out of memory even at the smallest per-GPU batch allowed."""
 
 
-def batch_size(batch) -> int:
-    """Samples in a batch: the first dimension of its first tensor (or its batch_size)."""
-    if isinstance(batch, torch.Tensor):  # the common cases first: this runs every step
-        return batch.shape[0]
-    if isinstance(batch, (list, tuple)) and batch and isinstance(batch[0], torch.Tensor):
-        return batch[0].shape[0]
-    if isinstance(getattr(batch, "batch_size", None), int):  # a sampled PyG subgraph
-        return batch.batch_size
-    if isinstance(getattr(batch, "num_graphs", None), int):  # a PyG Batch of graphs
-        return batch.num_graphs
-    if isinstance(batch, torch.Tensor):
-        return batch.shape[0]
-    if isinstance(batch, (list, tuple)) and batch:
-        return batch_size(batch[0])
-    if isinstance(batch, dict) and batch:
-        return batch_size(next(iter(batch.values())))
-    return 1
+class RankOutOfMemory(RuntimeError):
+    """A DDP rank ran out of memory: the run restarts with each batch cut in ``split``."""
+
+    def __init__(self, event: dict, split: int):
+        super().__init__(f"rank {event['rank']} ran out of CUDA memory at step {event['step']}")
+        self.event, self.split = event, split
 
 
-def split_batch(batch, parts: int) -> list:
-    """Cut a batch into ``parts`` chunks along dim 0 (tensors in tuples, lists, dicts),
-    a PyG node batch by its seed nodes, a PyG ``Batch`` of graphs by graph."""
-    if parts == 1:
-        return [batch]
-    if isinstance(getattr(batch, "batch_size", None), int) and hasattr(batch, "edge_index"):
-        from ..readers.graph import split_seeds
-        return split_seeds(batch, parts)
-    if hasattr(batch, "to_data_list") and isinstance(getattr(batch, "num_graphs", None), int):
-        return [type(batch).from_data_list(batch.index_select(ids))
-                for ids in torch.arange(batch.num_graphs).tensor_split(parts)]
-    if isinstance(batch, torch.Tensor):
-        return list(torch.tensor_split(batch, parts))
-    if isinstance(batch, (list, tuple)):
-        columns = [split_batch(b, parts) for b in batch]
-        return [type(batch)(col[i] for col in columns) if not hasattr(batch, "_fields")
-                else type(batch)(*(col[i] for col in columns)) for i in range(parts)]
-    if isinstance(batch, dict):
-        columns = {k: split_batch(v, parts) for k, v in batch.items()}
-        return [{k: v[i] for k, v in columns.items()} for i in range(parts)]
-    raise TypeError(f"cannot split a batch of type {type(batch).__name__} for OOM back-off: "
-                    "give it a batch_size (seed nodes first) or pass oom_backoff=False")
-
-
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _is_ddp(cls: type) -> bool:
     """DDP's class check, once per model class: DDP is an ABC (``Joinable``), so
     ``isinstance`` takes abc's slow path, on every step."""
     return issubclass(cls, torch.nn.parallel.DistributedDataParallel)
 
 
+def _chunks(batches: list, split: int) -> tuple[list, list]:
+    """The step's chunks and the weight of each one's loss (1 / micro-batches when unsplit)."""
+    if split == 1:
+        return batches, [None] * len(batches)
+    chunks, weights = [], []
+    for b in batches:
+        parts = split_batch(b, split)
+        chunks += parts
+        weights += [w / len(batches) for w in chunk_weights(b, parts)]
+    return chunks, weights
+
+
 def backward(model, batches: list, loss_fn, policy, scaler, *, split: int = 1,
-             sync: str = "ddp", graphs=None) -> torch.Tensor:
+             graphs=None) -> torch.Tensor:
     """Forward and backward over ``batches`` (each cut into ``split`` chunks).
 
-    Returns the mean loss (detached). Gradients are averaged as if the whole group
-    were one batch. ``graphs``: an active ``cudagraph.GraphedModel`` on ``model``.
+    Returns the mean loss (detached). Gradients are averaged as if the whole group were one
+    batch; under DDP only the last chunk's backward synchronises them. ``graphs``: an active
+    ``cudagraph.GraphedModel`` on ``model``.
     """
-    chunks = batches if split == 1 else [c for b in batches for c in split_batch(b, split)]
+    chunks, weights = _chunks(batches, split)
     can_skip_sync = _is_ddp(type(model))
     n, total = len(chunks), None
-    for i, chunk in enumerate(chunks):
-        quiet = can_skip_sync and (sync == "manual" or i < n - 1)
+    for i, (chunk, weight) in enumerate(zip(chunks, weights)):
         if graphs is not None:
             graphs.begin_pass(first=i == 0)
-        with model.no_sync() if quiet else _SYNC:
+        with model.no_sync() if can_skip_sync and i < n - 1 else _SYNC:
             with policy.autocast(cache=graphs is None):
                 loss = loss_fn(model, chunk)
-                if n > 1:  # mean over the group, as one big batch would give
+                if weight is not None:  # a chunk: its share of the group's samples
+                    loss = loss * weight
+                elif n > 1:  # mean over the group, as one big batch would give
                     loss = loss / n
             scaler.scale(loss).backward()
-        # With several chunks the loss is a fresh tensor (divided above), so a graph
+        # With several chunks the loss is a fresh tensor (scaled above), so a graph
         # replay of the next chunk cannot overwrite what ``total`` holds.
         total = loss.detach() if total is None else total + loss.detach()
     if graphs is not None and n == 1:
         total = total.clone()  # the loss outlives this step; a replay may reuse its buffer
     return total.float()
-
-
-def all_reduce_gradients(model, bucket_mb: float = 25.0) -> None:
-    """Average gradients over ranks in flat buckets (the "manual" sync)."""
-    world = dist.get_world_size()
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    limit = int(bucket_mb * 2**20)
-    bucket, size = [], 0
-    for g in grads + [None]:
-        if g is not None and (not bucket or (size + g.numel() * g.element_size() <= limit
-                                              and g.dtype == bucket[0].dtype)):
-            bucket.append(g)
-            size += g.numel() * g.element_size()
-            continue
-        if bucket:
-            flat = _flatten_dense_tensors(bucket)
-            dist.all_reduce(flat)
-            flat /= world
-            for dst, src in zip(bucket, _unflatten_dense_tensors(flat, bucket)):
-                dst.copy_(src)
-        bucket, size = ([g], g.numel() * g.element_size()) if g is not None else ([], 0)
 
 
 def apply(model, optimizer, scaler, clip_grad_norm: float | None) -> None:
@@ -143,7 +107,7 @@ def free_after_oom(optimizer) -> None:
     """Drop what the failed step held so the retry starts from a clean slate."""
     optimizer.zero_grad(set_to_none=True)
     gc.collect()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_initialized():
         torch.cuda.empty_cache()
 
 
@@ -151,8 +115,7 @@ class Stepper:
     """One optimizer step of ``parts`` over a group of micro-batches, backing off on OOM.
 
     Runs the forward/backward through ``compiled`` (torch.compile with its eager
-    fallback) and ``graphs`` (CUDA-graph replay, when active). On CUDA out-of-memory
-    every rank agrees to cut each batch in two (same effective batch) and retries.
+    fallback) and ``graphs`` (CUDA-graph replay, when active).
     """
 
     def __init__(self, parts, loss_fn, compiled, graphs, *, clip_grad_norm=None,
@@ -160,37 +123,30 @@ class Stepper:
         self.parts, self.loss_fn, self.compiled = parts, loss_fn, compiled
         self.graphs = graphs  # active once fit installs it
         self.clip_grad_norm, self.oom_backoff, self.min_batch = clip_grad_norm, oom_backoff, min_batch
-        # Manual gradient sync under DDP: no rank sits in a collective while another OOMs.
-        self.sync = "manual" if oom_backoff and ranks.distributed() else "ddp"
+        self.distributed = ranks.distributed()
 
     def __call__(self, micro: list, timer) -> torch.Tensor:
         p = self.parts
         while True:
             try:
                 loss = self.compiled.run(self._backward, micro)
-                oom = False
+                break
             except OOM_ERRORS:
                 if not self.oom_backoff:
                     raise
-                oom = True
-            if self.sync == "manual":
-                oom = ranks.agree([oom], p.device)[0]
-            if not oom:
-                break
-            self.back_off(micro)
+                self.back_off(micro)
         timer.mark("compute")
-        if self.sync == "manual":
-            all_reduce_gradients(p.model)
-        apply(p.model, p.optimizer, p.scaler, self.clip_grad_norm)
+        apply(p.model, p.optimizer, p.amp.scaler, self.clip_grad_norm)
         timer.mark("optimizer")
         return loss
 
     def _backward(self, model, micro: list) -> torch.Tensor:
         p = self.parts
-        return backward(model, micro, self.loss_fn, p.precision, p.scaler, split=p.state.split,
-                        sync=self.sync, graphs=self.graphs if self.graphs.active else None)
+        return backward(model, micro, self.loss_fn, p.amp, p.amp.scaler, split=p.state.split,
+                        graphs=self.graphs if self.graphs.active else None)
 
     def back_off(self, micro: list) -> None:
+        """Cut each batch in two more chunks (here), or ask for a restart (under DDP)."""
         state = self.parts.state
         free_after_oom(self.parts.optimizer)
         per_gpu = batch_size(micro[0]) // state.split
@@ -199,9 +155,10 @@ class Stepper:
                 f"CUDA out of memory even at a per-GPU batch of {per_gpu} (floor "
                 f"min_batch={self.min_batch}). Use a smaller model, precision='fp16'/'bf16', "
                 "accel.checkpoint_blocks(), or a shorter input.")
+        event = {"step": state.step, "per_gpu_batch": per_gpu // 2}
+        if self.distributed:
+            raise RankOutOfMemory({**event, "rank": ranks.rank()}, state.split * 2)
         state.split *= 2
-        state.oom_events.append({"step": state.step, "per_gpu_batch": per_gpu // 2})
-        if ranks.is_main():
-            print(f"kagglekit: CUDA out of memory at step {state.step}; every rank now runs "
-                  f"per-GPU batches of {per_gpu // 2} (split x{state.split}, same "
-                  "effective batch)", flush=True)
+        state.oom_events.append(event)
+        print(f"kagglekit: CUDA out of memory at step {state.step}; now per-GPU batches of "
+              f"{per_gpu // 2} (split x{state.split}, same effective batch)", flush=True)

@@ -3,11 +3,12 @@ nothing is refused, and validation runs through the user's ``evaluate`` or the m
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
-from ..parallel import loaders as data, ranks
+from ..parallel import loaders as data
+from ..parallel import ranks
 
 
 def refuse_empty(loader) -> None:
@@ -34,7 +35,7 @@ def validation(parts, evaluate, val_loader, loss_fn, limit_batches) -> Callable[
         if evaluate is None and val_loader is None:
             return {}
         parts.model.eval()
-        with torch.no_grad(), parts.precision.autocast():
+        with torch.no_grad(), parts.amp.autocast():
             if evaluate is not None:
                 metrics = evaluate(parts.model, limit_batches=limit_batches) if capped \
                     else evaluate(parts.model)

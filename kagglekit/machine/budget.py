@@ -53,11 +53,11 @@ class Budget:
 
     @classmethod
     def for_kaggle(cls, session_s: float = KAGGLE_SESSION_S,
-                   margin_s: float = KAGGLE_MARGIN_S) -> "Budget":
+                   margin_s: float = KAGGLE_MARGIN_S) -> Budget:
         return cls(deadline=kernel_start_time() + session_s - margin_s)
 
     @classmethod
-    def resolve(cls, value) -> "Budget":
+    def resolve(cls, value) -> Budget:
         """``None`` -> the Kaggle default on Kaggle, unlimited elsewhere; a number ->
         that many seconds from now; a Budget -> itself."""
         if isinstance(value, Budget):

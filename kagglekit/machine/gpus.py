@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 
@@ -135,10 +135,3 @@ def inventory() -> list[GPU]:
     if found is None:  # NVML missing or failing: ask the driver another way
         found = _read_nvidia_smi() or _read_proc()
     return _visible(found, os.environ.get("CUDA_VISIBLE_DEVICES"))
-
-
-def cuda_initialised() -> bool:
-    """True when this process already holds a CUDA context (fork is then unsafe)."""
-    import torch
-
-    return bool(torch.cuda.is_initialized())

@@ -45,9 +45,26 @@ class Precision:
             return _NO_AUTOCAST
         return torch.autocast(self.device_type, dtype=self.dtype, cache_enabled=cache)
 
-    def make_scaler(self) -> torch.amp.GradScaler:
-        """A GradScaler that is a no-op unless fp16 needs it."""
-        return torch.amp.GradScaler(self.device_type, enabled=self.needs_scaler)
+
+
+class Amp:
+    """A precision at work in one training run, with the GradScaler it needs (a no-op unless
+    fp16). The two change together: a fit that gives fp16 up for fp32 swaps the whole."""
+
+    def __init__(self, precision: Precision):
+        self.precision = precision
+        self.scaler = torch.amp.GradScaler(precision.device_type, enabled=precision.needs_scaler)
+
+    @property
+    def name(self) -> str:
+        return self.precision.name
+
+    @property
+    def auto(self) -> bool:
+        return self.precision.auto
+
+    def autocast(self, cache: bool = True):
+        return self.precision.autocast(cache)
 
 
 def choose(requested: str = "auto", capability: tuple[int, int] | None = None,

@@ -4,6 +4,7 @@ agreeing) and raises ``Interrupted``. A second Ctrl-C stops at once.
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -44,8 +45,9 @@ class Interrupts:
         print(f"kagglekit: {signal.Signals(signum).name} received: saving a checkpoint after this "
               "step, then stopping (Ctrl-C again stops at once)", file=sys.stderr, flush=True)
 
-    def __enter__(self) -> "Interrupts":
-        _requested.clear()
+    def __enter__(self) -> Interrupts:
+        # A request already pending is kept: a launched rank told to stop (SIGTERM from its
+        # parent) while it still prepared its data must stop at the first step, not train on.
         if self.enabled:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self.previous[sig] = signal.signal(sig, self._handle)
@@ -55,3 +57,19 @@ class Interrupts:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
         _requested.clear()
+
+
+@contextlib.contextmanager
+def keyboard_interrupts():
+    """While active, SIGINT raises KeyboardInterrupt in the main thread, whatever this process
+    inherited. Python installs that handler at start-up only when SIGINT is not ignored, and a
+    process started as a background job of a non-interactive shell (a CI runner, ``make test &``)
+    inherits it ignored: a Stop press sent to it would be lost and the ranks would train on."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

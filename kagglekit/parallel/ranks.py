@@ -1,8 +1,9 @@
 """Who this process is in a run: its rank, its device, and how the ranks agree.
 
-The one owner of these facts. ``launch`` (or torchrun) sets the context; fit,
-the loaders, metrics and checkpoints read it here instead of asking
-torch.distributed each on their own.
+Rank and world size are torch.distributed's: the process group is the one truth, asked
+directly. Where a rank trains (its device, and whether it is one of several DDP processes or
+drives DataParallel) is a ``Place``, carried by the run (``Run.place``) that ``launch`` hands
+to each rank. Nothing here is module state.
 """
 from __future__ import annotations
 
@@ -12,32 +13,22 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+CPU = torch.device("cpu")
+
 
 @dataclass(frozen=True)
-class Context:
-    """How the current process takes part in training."""
-    strategy: str = "single"  # "ddp", "dp" or "single"
+class Place:
+    """Where one process of a run trains."""
     rank: int = 0
-    local_rank: int = 0
     world_size: int = 1
-    device: torch.device = torch.device("cpu")
+    local_rank: int = 0
+    device: torch.device = CPU
+    strategy: str = "single"  # "ddp" (one process per GPU), "dp" (DataParallel here) or "single"
 
     @property
     def is_main(self) -> bool:
+        """The rank that writes files and prints."""
         return self.rank == 0
-
-
-_context = Context()
-
-
-def context() -> Context:
-    """The launch context of this process (rank, world size, device, strategy)."""
-    return _context
-
-
-def set_context(ctx: Context) -> None:
-    global _context
-    _context = ctx
 
 
 def distributed() -> bool:
@@ -58,11 +49,25 @@ def is_main() -> bool:
     return rank() == 0
 
 
+def default_device() -> torch.device:
+    """cuda:LOCAL_RANK (set by ``launch`` and torchrun) where a GPU is visible, else the CPU;
+    read from NVML, never by initialising CUDA."""
+    from ..machine.gpus import inventory
+    if not inventory():
+        return CPU
+    return torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}")
+
+
+def here(strategy: str = "single") -> Place:
+    """This process's place, from the process group and the environment."""
+    return Place(rank(), world_size(), int(os.environ.get("LOCAL_RANK", 0)), default_device(),
+                 "ddp" if distributed() else strategy)
+
+
 def agree(flags: list[bool], device: torch.device) -> list[bool]:
     """Each flag true on every rank if it is true on any (one all-reduce for all).
 
-    Ranks must take the same decision to stop, save or shrink a batch, or a
-    collective hangs.
+    Ranks must take the same decision to stop or save, or a collective hangs.
     """
     if not distributed():
         return flags
@@ -71,23 +76,22 @@ def agree(flags: list[bool], device: torch.device) -> list[bool]:
     return [bool(v) for v in t.tolist()]
 
 
-def default_device() -> torch.device:
-    """The launch context's device; else cuda:LOCAL_RANK when there is a GPU, else CPU."""
-    from ..machine.gpus import inventory
-    ctx = context()
-    if ctx.strategy != "single" or ctx.device.type == "cuda":
-        return ctx.device
-    if not inventory():
-        return torch.device("cpu")
-    return torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}")
+def from_main(value, device: torch.device):
+    """Rank 0's ``value`` on every rank (one broadcast; ``value`` itself outside DDP): what the
+    ranks must share, as the checkpoint they resume from, is chosen once."""
+    if not distributed():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0, device=device if device.type == "cuda" else None)
+    return box[0]
 
 
-def wrap(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    """DDP inside a process group; DataParallel under launch(strategy="dp")."""
+def wrap(model: torch.nn.Module, device: torch.device, strategy: str = "single") -> torch.nn.Module:
+    """DDP inside a process group; DataParallel for the "dp" strategy on several GPUs."""
     ddp = torch.nn.parallel.DistributedDataParallel
     if distributed() and not isinstance(model, ddp):
         return ddp(model, device_ids=[device.index] if device.type == "cuda" else None)
-    if context().strategy == "dp" and device.type == "cuda" and torch.cuda.device_count() > 1:
+    if strategy == "dp" and device.type == "cuda" and torch.cuda.device_count() > 1:
         return torch.nn.DataParallel(model)
     return model
 

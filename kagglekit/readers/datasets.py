@@ -89,8 +89,9 @@ def volumes(n: int = 6, size: int = 32, seed: int = 0, sheets: int = 2,
 
 def load_sequences(folder) -> TensorDataset:
     """Real sequences from ``sequences.npz`` (arrays ``x``: N x T x F, ``y``: N), no pickle."""
-    import numpy as np
     from pathlib import Path
+
+    import numpy as np
     path = next(Path(folder).rglob("sequences.npz"))
     with np.load(path, allow_pickle=False) as npz:
         missing = {"x", "y"} - set(npz.files)

@@ -137,6 +137,22 @@ def training_period(data, transductive: bool = False):
     return period
 
 
+def describe(data, learn, full_batch: bool) -> tuple[dict, str]:
+    """What a notebook logs about the graph and the line it prints: sizes, the split, what the
+    models learn from (a temporal graph's training period) and how batches are made."""
+    stepped = "time_step" in learn
+    facts = {"nodes": data.num_nodes, "edges": data.num_edges, "learn_nodes": learn.num_nodes,
+             "learn_edges": learn.num_edges, "transductive": learn is data,
+             "learn_max_time_step": int(learn.time_step.max()) if stepped else None}
+    sizes = "/".join(f"{int(m.sum()):,}" for m in (data.train_mask, data.val_mask, data.test_mask))
+    period = f", steps <= {facts['learn_max_time_step']}" if stepped else ""
+    line = (f"{data.num_nodes:,} nodes, {data.num_edges:,} edges, {data.num_features} features, "
+            f"{int(data.y.max()) + 1} classes; train/val/test nodes {sizes}; models learn from "
+            f"{learn.num_nodes:,} nodes{period}; "
+            f"{'whole graph per step' if full_batch else 'neighbour-sampled mini-batches'}")
+    return facts, line
+
+
 def load(folder: Path | str | None, **builtin):
     """The graph under ``folder`` by the layout found there (Planetoid or Elliptic);
     the built-in graph (``synthetic(**builtin)``) when ``folder`` is None."""

@@ -1,37 +1,28 @@
-"""3-D TIFF volumes read by crop, whatever their compression, and decoded once into a cache.
+"""3-D TIFF volumes read by crop, whatever their compression.
 
 A volume is a stack of z pages (y by x). Uncompressed, tifffile memory-maps it and a crop
 reads only its own bytes. Compressed (the Vesuvius chunks are LZW), every page a crop
 touches must be decoded whole: a 96-deep crop of a 320^3 chunk decodes 96 pages of
-320 x 320. tifffile decodes LZW only through the optional ``imagecodecs`` package, which
-Kaggle's image lacks; Pillow, which it has, decodes LZW (and Deflate, PackBits) too, and is
-used whenever tifffile cannot.
-
-``VolumeCache`` decodes a compressed volume once into an uncompressed ``.npy`` file and
-memory-maps it: every later crop reads only its own bytes. On Kaggle it lives under
-``/kaggle/temp`` (large, not saved with the output), locally in the run's cache folder.
-Decoding is shared safely: a file lock per volume, so two DDP ranks or loader workers
-decode it once, and an atomic rename, so a killed decode leaves no half-written cache.
-When the disk cannot hold another volume, volumes are read directly (said once).
+320 x 320, unless a ``volumecache.VolumeCache`` decoded the volume once. tifffile decodes LZW
+only through the optional ``imagecodecs`` package, which Kaggle's image lacks; Pillow, which it
+has, decodes LZW (and Deflate, PackBits) too, and is used whenever tifffile cannot.
 """
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import os
-import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-MARGIN_BYTES = 2 * 2**30  # room left free for checkpoints and outputs
+if TYPE_CHECKING:
+    from .volumecache import VolumeCache
 
 
 class TiffVolume:
     """A 3-D TIFF (z pages of y-by-x) read by crop; ``cache``: a ``VolumeCache`` that decodes
     a compressed volume once (None: decode the pages of every crop)."""
 
-    def __init__(self, path: Path | str, cache: "VolumeCache | None" = None,
+    def __init__(self, path: Path | str, cache: VolumeCache | None = None,
                  labels_map=None):
         import tifffile
         self.path = Path(path)
@@ -47,6 +38,11 @@ class TiffVolume:
             self._mapped = tifffile.memmap(self.path, mode="r")
         except ValueError:  # compressed or tiled: decoded (through the cache when given)
             pass
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole volume decoded."""
+        return int(np.prod(self.shape)) * self.dtype.itemsize
 
     @property
     def decoder(self) -> str:
@@ -102,75 +98,6 @@ def decode_pages(path: Path, pages, compression: str) -> np.ndarray:
             image.seek(i)
             out.append(np.asarray(image))
     return np.stack(out)
-
-
-class VolumeCache:
-    """Compressed volumes decoded once into memory-mapped ``.npy`` files under ``folder``."""
-
-    def __init__(self, folder: Path | str):
-        self.folder = Path(folder)
-        self._maps: dict[str, np.ndarray] = {}
-        self._full = False
-
-    @classmethod
-    def for_run(cls, output_dir: Path) -> "VolumeCache":
-        """``/kaggle/temp/kagglekit-volumes`` on Kaggle (large, not saved), else the run's
-        ``cache/volumes``."""
-        from ..machine import env
-        here = env.where()
-        if here.on_kaggle:
-            return cls(here.root / "temp" / "kagglekit-volumes")
-        return cls(Path(output_dir) / "cache" / "volumes")
-
-    def key(self, volume: TiffVolume) -> str:
-        stat = volume.path.stat()
-        text = f"{volume.path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
-        return f"{volume.path.stem}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
-
-    def mapped(self, volume: TiffVolume):
-        """The volume as a read-only memory map, decoded first if needed; None when the disk
-        has no room for it (the caller decodes crops directly)."""
-        key = self.key(volume)
-        if key not in self._maps:
-            path = self.folder / f"{key}.npy"
-            if not path.exists() and not self._decode(volume, path):
-                return None
-            self._maps[key] = np.load(path, mmap_mode="r")
-        return self._maps[key]
-
-    def _decode(self, volume: TiffVolume, path: Path) -> bool:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        with _locked(path.with_suffix(".lock")):
-            if path.exists():  # another rank or worker decoded it while we waited
-                return True
-            need = int(np.prod(volume.shape)) * volume.dtype.itemsize
-            if self._full or _free_bytes(self.folder) < need + MARGIN_BYTES:
-                if not self._full:
-                    warnings.warn(f"{self.folder} has no room for more decoded volumes: "
-                                  "the rest are decoded page by page for every crop (slower)",
-                                  stacklevel=4)
-                self._full = True
-                return False
-            from ..state import atomic
-            array = decode_pages(volume.path, range(volume.shape[0]), volume.compression)
-            with atomic.atomic_path(path) as tmp:
-                with open(tmp, "wb") as f:
-                    np.save(f, array)
-            path.with_suffix(".lock").unlink(missing_ok=True)  # a later caller finds the .npy
-        return True
-
-
-def _free_bytes(folder: Path) -> int:
-    stats = os.statvfs(folder)
-    return stats.f_bavail * stats.f_frsize
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    import fcntl
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
 
 
 def write_volume(path: Path | str, volume: np.ndarray, compress: str | None = None) -> Path:

@@ -1,25 +1,30 @@
-"""Long time-series tables, their time split, and the windows cut from them.
+"""Long time-series tables and their time split.
 
 Kaggle's forecasting data comes as one long table: a row per series and time step,
 a time column, the target, exogenous feature columns and (for many series) a
 series-id column. ``read_table`` reads it (CSV or Parquet) into a frame sorted by
 series and time; ``time_cuts`` puts every series' split at the same two cut times,
-so no training row is later than any validation row; ``Windows`` cuts forecasting
-windows (the past ``lookback`` steps of every channel, the next ``horizon`` steps of
-the target) whose forecast lies wholly in one split and whose past stays in its series.
+so no training row is later than any validation row; ``future_frame`` writes a forecast past
+the end of the data back in the table's own form. The forecast windows: ``windows``.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-import torch
 
 SUFFIXES = (".csv", ".parquet", ".pq")
 
 
 class TableError(ValueError):
     """The table or the parameters naming its columns do not fit together."""
+
+
+def names(columns) -> list[str]:
+    """Column names from a comma-separated parameter ("store_nbr,family") or a list."""
+    if isinstance(columns, str):
+        return [c.strip() for c in columns.split(",") if c.strip()]
+    return list(columns)
 
 
 def find_file(path: Path, name: str) -> Path:
@@ -50,7 +55,7 @@ def _regular(out, channels: list[str], series_columns: list[str]):
     rows is ``lookback`` steps of time. The step: the series' most common difference."""
     import pandas as pd
     parts, inserted = [], 0
-    for key, part in out.groupby("series", sort=False):
+    for _, part in out.groupby("series", sort=False):
         step = spacing(part["time"])
         if step is None:
             parts.append(part)
@@ -111,10 +116,11 @@ def read_table(path, *, time: str, target: str, features=(), series: str = "",
     file = find_file(Path(path), name)
     read = pd.read_csv if file.suffix.lower() == ".csv" else pd.read_parquet
     frame = read(file)
-    series_columns = [c.strip() for c in series.split(",") if c.strip()]
+    series_columns = names(series)
+    features = names(features)
     named = {"time_column": time, "target_column": target,
              **{f"series_column {c!r}": c for c in series_columns},
-             **{"feature_columns": f for f in features}}
+             **{f"feature_columns {f!r}": f for f in features}}
     for param, column in named.items():
         if column and column not in frame.columns:
             raise TableError(f"{file.name} has no column {column!r} ({param}); its columns: "
@@ -143,6 +149,7 @@ def read_table(path, *, time: str, target: str, features=(), series: str = "",
 def builtin_table(n_series: int, length: int, channels: int, seed: int = 0, period: int = 24):
     """``n_series`` built-in series (``datasets.series``, one seed each) as a long table."""
     import pandas as pd
+
     from .datasets import series
     names = ["target", *(f"x{c}" for c in range(1, channels))]
     parts = []
@@ -171,87 +178,14 @@ def split_of(times, cuts) -> np.ndarray:
     return np.searchsorted(np.asarray(cuts), np.asarray(times), side="right")
 
 
-class Windows(torch.utils.data.Dataset):
-    """Forecast windows of one split over a sorted long table.
-
-    A window's forecast origin is a row: its past is the ``lookback`` rows before it,
-    its future the ``horizon`` target values from it on. Windows belong to ``split``
-    when every future row is in that split (the past may reach into earlier ones: it
-    is observed by then) and the whole window stays within one series. ``stride``
-    keeps every n-th origin of a series.
-
-    Args:
-        values: (rows, channels) float tensor, the target in column ``target``.
-        series: (rows,) integer code of each row's series (rows sorted by series, time).
-        splits: (rows,) 0 / 1 / 2 from ``split_of``.
-    """
-
-    def __init__(self, values: torch.Tensor, series, splits, split: int, lookback: int,
-                 horizon: int, stride: int = 1, target: int = 0):
-        self.values, self.lookback, self.horizon, self.target = values, lookback, horizon, target
-        series, splits = np.asarray(series), np.asarray(splits)
-        rows = np.arange(lookback, len(values) - horizon + 1)
-        first, last = rows - lookback, rows + horizon - 1
-        ok = (series[first] == series[last]) & (splits[rows] == split) & (splits[last] == split)
-        if not ok.any():
-            raise TableError(f"no window of lookback {lookback} + horizon {horizon} fits in split "
-                             f"{split} of any series; shorten lookback / horizon or widen the split")
-        origins = rows[ok]
-        # every stride-th origin counted from each series' first one
-        starts = np.r_[0, np.flatnonzero(np.diff(series[origins])) + 1]
-        offset = np.arange(len(origins)) - np.repeat(starts, np.diff(np.r_[starts, len(origins)]))
-        self.origins = torch.from_numpy(origins[offset % stride == 0])
-        self.series = torch.from_numpy(series[self.origins.numpy()])
-
-    def __len__(self) -> int:
-        return len(self.origins)
-
-    def __getitem__(self, i: int):
-        o = int(self.origins[i])
-        return self.values[o - self.lookback:o], self.values[o:o + self.horizon, self.target]
-
-    def subset(self, index) -> "Windows":
-        """The windows at ``index`` (positions), e.g. a cross-validation fold's."""
-        part = Windows.__new__(Windows)
-        part.__dict__.update(self.__dict__)
-        index = torch.as_tensor(np.asarray(index), dtype=torch.long)
-        part.origins, part.series = self.origins[index], self.series[index]
-        return part
-
-    def past(self) -> torch.Tensor:
-        """Every window's past at once, (windows, lookback, channels), without a Python loop."""
-        return self.values.unfold(0, self.lookback, 1)[self.origins - self.lookback].transpose(1, 2)
-
-    def future(self) -> torch.Tensor:
-        """Every window's target future, (windows, horizon)."""
-        return self.values[:, self.target].unfold(0, self.horizon, 1)[self.origins]
-
-
-def latest(values: torch.Tensor, series, lookback: int) -> Windows:
-    """One window per series whose past is the series' last ``lookback`` rows: the input of a
-    forecast past the end of the data (its ``future()`` is unknown, by definition)."""
-    series = np.asarray(series)
-    ends = np.r_[np.flatnonzero(np.diff(series)) + 1, len(series)]
-    starts = np.r_[0, ends[:-1]]
-    short = ends - starts < lookback
-    if short.any():
-        raise TableError(f"{int(short.sum())} series are shorter than lookback={lookback}: "
-                         "lower lookback")
-    windows = Windows.__new__(Windows)
-    windows.values, windows.lookback, windows.target = values, lookback, 0
-    windows.horizon = 0
-    windows.origins = torch.from_numpy(ends)
-    windows.series = torch.from_numpy(series[ends - 1])
-    return windows
-
-
-def future_frame(frame, windows: Windows, forecasts: np.ndarray, *, time: str, target: str,
-                 series_columns: list[str]):
-    """The forecast past the end of the data in the long format: a row per series and future
-    step, the series' own id columns, the time stamps continuing each series' spacing (dates
-    stay dates), the forecast under the target's name."""
+def future_frame(frame, windows, forecasts: np.ndarray, *, time: str, target: str,
+                 series_columns) -> tuple:
+    """The forecast past the end of the data in the long format, and its key columns: a row
+    per series and future step, the series' own id columns (``series_columns``, comma-separated
+    or a list), the time stamps continuing each series' spacing (dates stay dates), the forecast
+    under the target's name."""
     import pandas as pd
-    rows = []
+    series_columns, rows = names(series_columns), []
     for i, end in enumerate(windows.origins.tolist()):
         past = frame.iloc[max(0, end - windows.lookback):end]
         ids = {c: past[c].iloc[-1] for c in series_columns}
@@ -259,5 +193,6 @@ def future_frame(frame, windows: Windows, forecasts: np.ndarray, *, time: str, t
             ids = {"series": past["series"].iloc[-1]}
         times = future_times(past["time"].iloc[-1], spacing(past["time"]), forecasts.shape[1])
         rows += [{**ids, time: t, target: float(v)} for t, v in zip(times, forecasts[i])]
-    return pd.DataFrame(rows)
+    long = pd.DataFrame(rows)
+    return long, [*(series_columns or [c for c in ("series",) if c in long]), time]
 

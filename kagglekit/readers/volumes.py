@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .tiff import TiffVolume, VolumeCache, write_volume  # noqa: F401 (kk.volumes.*)
+from .tiff import TiffVolume, write_volume  # noqa: F401 (kk.volumes.*)
+from .volumecache import VolumeCache  # noqa: F401 (kk.volumes.VolumeCache)
 
 IGNORE = 2  # the competition's "unlabelled" voxels: in no loss and no score
 DEPRECATED = "deprecated_"  # prefix of the folders an update moved old chunks to

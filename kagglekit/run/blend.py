@@ -13,6 +13,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used: the kit imports without pandas
+    import numpy as np
+    import pandas as pd
 
 
 class BlendError(ValueError):
@@ -24,8 +29,8 @@ class Source:
     name: str  # the kernel's folder name (its slug on Kaggle)
     folder: Path
     model: str  # the OOF column of what submission.csv holds
-    oof: "pd.DataFrame"  # id, step, fold, target, the submitted model's predictions
-    submission: "pd.DataFrame"
+    oof: pd.DataFrame  # id, step, fold, target, the submitted model's predictions
+    submission: pd.DataFrame
     id_columns: list
     scale: str = "value"  # what the OOF values are: "value" (a regression's), "logit" (binary)
 
@@ -63,7 +68,7 @@ def read_source(reference: str, roots: list[Path] | None = None) -> Source:
                   submission, id_columns, scale)
 
 
-def align(sources: list[Source]) -> "pd.DataFrame":
+def align(sources: list[Source]) -> pd.DataFrame:
     """One row per (id, step) that every source predicted: id, step, fold (the first source's),
     target, and a column per source (named after it) with its submitted model's prediction."""
     if len(sources) < 2:
@@ -91,7 +96,7 @@ def align(sources: list[Source]) -> "pd.DataFrame":
     return table.sort_values(["id", "step"], kind="stable").reset_index(drop=True)
 
 
-def submissions(sources: list[Source]) -> "pd.DataFrame":
+def submissions(sources: list[Source]) -> pd.DataFrame:
     """The sources' submission files side by side, rows matched by their id columns (the first
     source's order): the id columns, then ``<column>@<source>`` for every other column."""
     first = sources[0]
@@ -111,3 +116,14 @@ def submissions(sources: list[Source]) -> "pd.DataFrame":
                              f"({len(other)} rows, {len(table)} rows, {len(merged)} shared)")
         table = merged
     return table
+
+
+def nnls_weights(x, y) -> np.ndarray:
+    """Non-negative weights summing to one for the columns of ``x`` (a column per model's
+    predictions, flattened) that best fit ``y`` in squared error (scipy's NNLS); equal weights
+    when no positive combination fits."""
+    import numpy as np
+    from scipy.optimize import nnls
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    w, _ = nnls(x, y)
+    return w / w.sum() if w.sum() > 0 else np.full(x.shape[1], 1 / x.shape[1])

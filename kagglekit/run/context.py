@@ -22,7 +22,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..machine import budget as budget_mod, env, inputs
+from ..machine import budget as budget_mod
+from ..machine import env, inputs
 from ..parallel import ranklog, ranks
 from ..state.cache import Cache
 from ..state.checkpoint import CheckpointManager
@@ -56,6 +57,7 @@ class Run(Report):
     previous: dict = field(default_factory=dict, repr=False)  # metrics.json of the last run here
     chain: dict = field(default_factory=dict)  # what each fit and cache entry did this session
     pid: int = field(default_factory=os.getpid, repr=False)  # the notebook's process
+    place: ranks.Place = field(default_factory=ranks.Place)  # this process's rank and device
     _cache: Cache | None = field(default=None, repr=False)
 
     @property
@@ -66,7 +68,31 @@ class Run(Report):
     @property
     def device(self):
         """This process's device: cuda:<rank> in a launched rank, cuda:0 or the CPU here."""
-        return ranks.default_device()
+        return self.place.device
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in a launch (0 in the notebook's own process)."""
+        return self.place.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.place.world_size
+
+    @property
+    def is_main(self) -> bool:
+        """The process that writes files and prints: rank 0, or the notebook's own."""
+        return self.place.is_main
+
+    @property
+    def processes(self) -> int | None:
+        """How many processes a launch starts: the ``processes`` parameter when the notebook
+        has one and sets it, else None (one per GPU)."""
+        return int(self.config.get("processes") or 0) or None
+
+    def at(self, place: ranks.Place) -> Run:
+        """This run as one rank of a launch sees it (``launch`` hands it to each rank)."""
+        return dataclasses.replace(self, place=place)
 
     @property
     def resume(self) -> bool:
@@ -77,8 +103,9 @@ class Run(Report):
         return budget_mod.Budget(deadline=self.deadline)
 
     def launch(self, fn, *args, nprocs: int | None = None, **kwargs):
-        """``fn(run, *args, **kwargs)`` on every GPU (one DDP process each, ``kk.launch``);
-        rank 0's return value. In each rank ``run.device`` is that rank's GPU."""
+        """``fn(run, *args, **kwargs)`` on every GPU (one DDP process each, ``kk.launch``; as
+        many as ``processes`` says when set); rank 0's return value. In each rank ``run.rank``
+        and ``run.device`` are that rank's."""
         from ..parallel.launcher import launch
         return launch(fn, *args, nprocs=nprocs, run=self, **kwargs)
 
@@ -99,7 +126,7 @@ class Run(Report):
         self.log(cache=stats, chain=self.chain)
         return value
 
-    def sub(self, folder: str) -> "Run":
+    def sub(self, folder: str) -> Run:
         """A run of its own in ``<output>/<folder>`` (its cache, checkpoints, folds and
         metrics.json), with this run's config, deadline, session and chain (what each unit
         did, in both metrics.json files): one notebook producing what separate kernels would
@@ -110,11 +137,19 @@ class Run(Report):
         return dataclasses.replace(self, output_dir=output, metrics={}, _cache=None,
                                    previous=_previous_metrics(output))
 
-    def checkpoints(self, name: str = "model", **kwargs) -> CheckpointManager:
+    def checkpoints(self, name: str = "model", *, config: dict | None = None, model=None,
+                    **kwargs) -> CheckpointManager:
         """The checkpoints of fit ``name``: ``<output>/checkpoints/<name>``, also found in the
-        attached inputs; the notebook's run-control parameters are not its identity."""
+        attached inputs; the notebook's run-control parameters are not its identity.
+
+        With ``model`` (and the fit's ``config``, default the run's), bound to that identity
+        already: ``finished()``, ``restore_best(model)`` read that training's own folder, as
+        the fit with the same config, model and ``data=`` writes it."""
         kwargs.setdefault("run_control", self.run_control)
-        return CheckpointManager(self.output_dir / "checkpoints" / name, **kwargs)
+        manager = CheckpointManager(self.output_dir / "checkpoints" / name, **kwargs)
+        if model is not None:
+            manager.bind(manager.identity_for(self.config if config is None else config, model))
+        return manager
 
     def data_dir(self, required: list[str] = ()) -> Path | None:
         """The ``data_dir`` parameter as a Path (a folder, or the ``owner/slug`` of an
@@ -192,11 +227,11 @@ def start(namespace: dict, name: str, *, smoke: dict | None = None,
     env.seed_everything(seed)
     config = json.loads(json.dumps(config, default=str))
     rerun = env.competition_rerun()
-    inputs.index(report.where.input_roots).by_name  # walk the inputs once, before any rank forks
+    _ = inputs.index(report.where.input_roots).by_name  # walk the inputs once, before any rank forks
     run = Run(name=name, config=config, output_dir=output, env=report, seed=seed,
               run_control=run_control, force_retrain=bool(config.get("force_retrain")),
               deadline=deadline(config, rerun), work_cap=work_cap(), rerun=rerun,
-              previous=_previous_metrics(output))
+              previous=_previous_metrics(output), place=ranks.here())
     run.data_dir()  # fail now, before any work, if the folder is missing
     expected = os.environ.get("KAGGLEKIT_EXPECT_GPUS")  # set by the pushed notebook
     if expected:

@@ -10,7 +10,8 @@ import itertools
 import torch
 import torch.distributed as dist
 
-from ..parallel import loaders as data, ranks
+from ..parallel import loaders as data
+from ..parallel import ranks
 from ..readers.volumes import IGNORE
 
 
@@ -68,6 +69,7 @@ def nodes(data, mask: torch.Tensor, device, prefix: str = "val_"):
     F1 and PR-AUC for several classes; PR-AUC, ROC-AUC, F1 for one logit) from one
     full-graph forward. The graph is moved to ``device`` once, not per evaluation."""
     from torch_geometric.data import Data
+
     from . import metrics
     graph = Data(x=data.x.to(device), edge_index=data.edge_index.to(device))
     labels = data.y[mask]

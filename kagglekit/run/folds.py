@@ -2,7 +2,8 @@
 
 ``CrossValidation(run, name, splitter, ...)`` splits the rows with one of scikit-learn's
 splitters (``KFold``, ``StratifiedKFold``, ``GroupKFold``, ``TimeSeriesSplit``: never
-written again; ``Grouped`` applies one to the distinct values of a group, such as dates) and
+written again; ``Grouped`` applies one to the distinct values of a group, such as dates;
+``Holdout`` is the data's own single split, so that one fold runs the cells five folds run) and
 saves the split with the run, so every kernel version sees the same folds (found again in the
 working dir or the previous version's output). ``cv.run(train_fold, ...)``
 treats each fold as a unit of work, like a fit:
@@ -24,11 +25,13 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
+
+from . import oofio
 
 
 @dataclass
@@ -54,6 +57,17 @@ class CVResult:
     oof: dict = field(default_factory=dict)  # model -> (rows, ...) predictions, NaN where unseen
     test: dict = field(default_factory=dict)  # model -> mean test prediction over the folds
     scores: dict = field(default_factory=dict)  # model -> {"per_fold", "mean", "std", "oof"}
+    records: dict = field(default_factory=dict)  # fold -> its "record" (fit summaries, ...)
+
+    def on_rows(self, model: str, size: int, rows, test_rows) -> np.ndarray:
+        """``model``'s predictions placed in an array of ``size`` rows: its out-of-fold ones at
+        ``rows`` (the rows the folds split, in order), its test ones at ``test_rows``, NaN
+        elsewhere (rows no fold validated)."""
+        oof, test = self.oof[model], self.test[model]
+        out = np.full((size, *oof.shape[1:]), np.nan)
+        out[_array(rows)] = oof
+        out[_array(test_rows)] = test
+        return out
 
 
 def _ranges(indices: list[int]) -> str:
@@ -65,6 +79,33 @@ def _ranges(indices: list[int]) -> str:
             parts.append(f"{start}" if start == a else f"{start}-{a}")
             start = b
     return ", ".join(parts)
+
+
+class Holdout:
+    """One split given by the data: train on ``train``, validate on ``val`` (positions or
+    boolean masks over the rows). A splitter like scikit-learn's with a single fold, so a
+    notebook's ``folds=1`` (the data's own split: Planetoid's public one, a time cut) runs the
+    very cells ``folds=5`` runs."""
+
+    def __init__(self, train, val):
+        self.train, self.val = _positions(train), _positions(val)
+        if np.intersect1d(self.train, self.val).size:
+            raise ValueError("Holdout: a row is on both sides of the split")
+
+    def __repr__(self) -> str:  # part of the split's key: another split, another folder
+        from ..state.cache import fingerprint
+        return f"Holdout({fingerprint([self.train, self.val])[:12]})"
+
+    def get_n_splits(self, X=None, y=None, groups=None) -> int:
+        return 1
+
+    def split(self, X=None, y=None, groups=None):
+        yield self.train, self.val
+
+
+def _positions(rows) -> np.ndarray:
+    rows = _array(rows)
+    return np.flatnonzero(rows) if rows.dtype == bool else rows.astype(np.int64)
 
 
 class Grouped:
@@ -132,10 +173,12 @@ class CrossValidation:
         return [Fold(k, tr, va, f"{self.name}-fold{k}") for k, (tr, va) in enumerate(pairs)]
 
     def train_folds(self, train_fold: Callable[[Fold], dict | None], *, config: dict, data=None,
-                  code=None, per_version: int = 0) -> dict:
-        """``train_fold(fold) -> {"oof": {model: val predictions}, "test": {model: ...}}`` (None
-        when its training stopped before the end) for every fold not done yet, within the
-        budget; ``{fold index: result}`` of the done ones."""
+                    code=None, per_version: int = 0) -> dict:
+        """``train_fold(fold) -> {"oof": {model: val predictions}, "test": {model: ...},
+        "record": {...}}`` (None when its training stopped before the end) for every fold not
+        done yet, within the budget; ``{fold index: result}`` of the done ones. ``record``
+        (optional): plain values kept with the fold (fit summaries, per-seed scores), found
+        again in ``CVResult.records`` when the fold comes from the cache."""
         results, spent = {}, []
         for fold in self.folds:
             fold_config = {**config, "fold": fold.index, "split": self.key}
@@ -185,14 +228,15 @@ class CrossValidation:
             print(f"kagglekit folds: {self.name}: {message}")
             return CVResult(False, done, pending, message)
         oof, test = self._assemble(results)
-        scores = _scores(oof, self.folds, _array(target), metric) if metric is not None else {}
+        scores = oofio.scores(oof, [f.val for f in self.folds], _array(target), metric) if metric is not None else {}
         self._written = (_array(target), test_ids)
         self._write(oof, test, results, _array(target), test_ids)
         message = f"all {count} folds done"
         self.context.log(**{f"cv_{self.name}": {"folds": count, "done": done, "pending": [],
                                              "scores": scores, "higher_is_better": higher_is_better}})
         print(f"kagglekit folds: {self.name}: {message}")
-        return CVResult(True, done, [], message, oof, test, scores)
+        records = {k: r["record"] for k, r in results.items() if "record" in r}
+        return CVResult(True, done, [], message, oof, test, scores, records)
 
     def add(self, result: CVResult, model: str, oof, test=None) -> None:
         """A prediction made from the folds' own (an ensemble whose weights were fitted on the
@@ -222,54 +266,19 @@ class CrossValidation:
 
     def _write(self, oof: dict, test: dict, results: dict, target, test_ids) -> None:
         """oof.parquet / test.parquet in the output root (what a blend kernel attaches)."""
-        import pandas as pd
-
-        from ..state import atomic
-        seen = ~np.isnan(next(iter(oof.values())).reshape(self.n, -1)).all(1)
         fold_of = np.full(self.n, -1)
         for fold in self.folds:
             fold_of[fold.val] = fold.index
-        frame = _long(self.ids[seen], {m: v[seen] for m, v in oof.items()},
-                      target[seen] if target is not None else None)
-        frame.insert(2, "fold", np.repeat(fold_of[seen], len(frame) // max(int(seen.sum()), 1)))
-        out = Path(self.context.output_dir)
-        with atomic.atomic_path(out / "oof.parquet") as tmp:
-            frame.to_parquet(tmp, index=False)
-        if test:
-            rows = len(next(iter(test.values())))
-            names = np.asarray(test_ids if test_ids is not None else np.arange(rows)).astype(str)
-            with atomic.atomic_path(out / "test.parquet") as tmp:
-                _long(names, test, None).to_parquet(tmp, index=False)
-            for k, result in results.items():
-                for model, values in result.get("test", {}).items():
-                    with atomic.atomic_path(self.folder / f"test_fold{k}_{model}.npy") as tmp:
-                        with open(tmp, "wb") as f:
-                            np.save(f, np.asarray(values))
+        oofio.write(Path(self.context.output_dir), self.folder, self.ids, fold_of, oof, test,
+                    results, target, test_ids)
 
 
-def _long(ids: np.ndarray, predictions: dict, target) -> "pd.DataFrame":
-    """A row per predicted value: id, step (0 for one value per row), target, a column per model."""
-    import pandas as pd
-    first = np.asarray(next(iter(predictions.values())))
-    steps = int(np.prod(first.shape[1:])) if first.ndim > 1 else 1
-    frame = pd.DataFrame({"id": np.repeat(ids, steps), "step": np.tile(np.arange(steps), len(ids))})
-    if target is not None:  # one per value (a forecast's steps), or one per row (a class label)
-        target = np.asarray(target, dtype=np.float64).reshape(-1)
-        frame["target"] = np.repeat(target, steps) if len(target) == len(ids) else target
-    for model, values in predictions.items():
-        frame[model] = np.asarray(values, dtype=np.float64).reshape(-1)
-    return frame
-
-
-def _scores(oof: dict, folds: list, target, metric) -> dict:
-    """Per model: the metric on each fold's rows, their mean and spread, and on all OOF rows."""
-    out = {}
-    for model, values in oof.items():
-        per_fold = [float(metric(target[f.val], values[f.val])) for f in folds]
-        seen = ~np.isnan(values.reshape(len(values), -1)).all(1)
-        out[model] = {"per_fold": per_fold, "mean": statistics.fmean(per_fold),
-                      "std": statistics.pstdev(per_fold), "oof": float(metric(target[seen], values[seen]))}
-    return out
+def finished(result: dict, name: str) -> dict:
+    """``result`` of a training (``{"finished": ...}``), or FoldUnfinished when the session's time
+    cut it short: a fold's unit that raises is not cached, and the next version resumes it."""
+    if not result.get("finished"):
+        raise FoldUnfinished(f"{name} stopped at the session's time budget")
+    return result
 
 
 def _array(values):
@@ -290,10 +299,13 @@ def _done(result: dict | None, fold: Fold) -> dict:
 
 
 def _as_tensors(result: dict) -> dict:
+    """Predictions as float64 tensors (the record as it is: plain values) for the cache."""
     import torch
-    return {part: {m: torch.as_tensor(np.asarray(v, dtype=np.float64)) for m, v in models.items()}
+    return {part: models if part == "record" else
+            {m: torch.as_tensor(np.asarray(v, dtype=np.float64)) for m, v in models.items()}
             for part, models in result.items()}
 
 
 def _as_arrays(result: dict) -> dict:
-    return {part: {m: np.asarray(v) for m, v in models.items()} for part, models in result.items()}
+    return {part: models if part == "record" else {m: np.asarray(v) for m, v in models.items()}
+            for part, models in result.items()}

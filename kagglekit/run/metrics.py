@@ -156,6 +156,26 @@ def classification(logits, labels, threshold: float = 0.0) -> dict:
     return multiclass(logits, labels)
 
 
+def scored(logits, labels, val_rows, test_rows) -> dict:
+    """``classification`` on the validation rows and on the test rows; one logit per row is
+    called positive from the threshold with the best F1 on validation, never one chosen on test."""
+    logits, labels = torch.as_tensor(logits), torch.as_tensor(labels)
+    binary_label = logits.dim() == 1 or logits.shape[1] == 1
+    val, test = logits[val_rows], logits[test_rows]
+    threshold = best_f1_threshold(val.reshape(-1), labels[val_rows]) if binary_label else 0.0
+    return {"threshold": threshold, "val": classification(val, labels[val_rows], threshold),
+            "test": classification(test, labels[test_rows], threshold)}
+
+
+def average_logits(parts: list) -> torch.Tensor:
+    """The mean prediction of several trainings (seeds, folds), as logits again: their
+    probabilities averaged (a sigmoid for one logit per row, a softmax for several)."""
+    logits = torch.stack([torch.as_tensor(p) for p in parts])
+    if logits.dim() == 2 or logits.shape[-1] == 1:
+        return torch.logit(torch.sigmoid(logits).mean(0), eps=1e-7)
+    return torch.log(torch.softmax(logits, -1).mean(0))
+
+
 # ---- regression ---------------------------------------------------------------------------
 def regression(pred, truth) -> dict:
     """MAE and RMSE over every element (all horizons and series alike)."""

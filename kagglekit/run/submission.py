@@ -41,7 +41,7 @@ class Schema:
 
     @classmethod
     def from_sample(cls, path: Path | str, id_columns: list | None = None,
-                    ordered: bool = False) -> "Schema":
+                    ordered: bool = False) -> Schema:
         """The schema of a competition's ``sample_submission.csv``: its columns, ids (the first
         column unless named), row count and each column's kind."""
         import pandas as pd
@@ -209,13 +209,16 @@ def for_competition(predictions, folder: Path | str | None, keys: list, target: 
     return pd.DataFrame({id_column: merged[id_column], value_column: merged[target]}), schema
 
 
-def write(frame, path: Path | str, schema: Schema) -> Path:
-    """Check ``frame`` against ``schema``, then write it as CSV atomically (no index)."""
+def write(frame, path: Path | str, schema: Schema) -> dict:
+    """Check ``frame`` against ``schema``, then write it as CSV atomically (no index). Returns
+    what metrics.json records of it: file, rows, columns, id columns, the format checked against."""
     from ..state import atomic
     path = Path(path)
     rows = check(frame, schema, path.name)
     with atomic.atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False)
+    against = "competition sample" if schema.ids is not None else "declared"
     print(f"{path.name}: {rows} rows, checked against "
           f"{'the sample submission' if schema.ids is not None else 'its declared format'}")
-    return path
+    return {"file": path.name, "rows": rows, "columns": list(schema.columns),
+            "id_columns": list(schema.id_columns), "format": against}

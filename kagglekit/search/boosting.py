@@ -1,39 +1,88 @@
 """Gradient-boosted trees on the GPU when there is one, and pruned by Optuna.
 
-XGBoost trains on CUDA wherever this process has a GPU (a search worker's own card,
-the notebook's first card). LightGBM's pip and Kaggle builds use OpenCL (its
-``device_type="gpu"``), which a machine may lack even with a GPU: ``lightgbm_device``
-tries it once and says which it uses. The pruning callbacks report the validation
-metric to an Optuna trial while the trees grow and stop a poor trial early.
+XGBoost trains on CUDA wherever this process sees a GPU (a search worker's own card, the
+notebook's first card). LightGBM's pip and Kaggle builds use OpenCL (its ``device_type="gpu"``),
+which a machine may lack even with a GPU: ``lightgbm_device`` finds out once, in a short-lived
+process of its own, and says which it uses. Either library opens the GPU driver where it
+trains, and a driver opened in the notebook's process breaks every later fork-based
+``launch``: train them through ``kk.launcher.isolated`` (or inside a launched rank or a search
+worker). The pruning callbacks report the validation metric to an Optuna trial while the trees
+grow and stop a poor trial early.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 from ..machine import gpus
-from ..parallel import ranks
 
 REPORT_EVERY = 10  # boosting rounds between reports (each is a write to the study)
+PROBE_TIMEOUT_S = 300
+# Trains one tree on the GPU and prints the answer; run by a fresh interpreter, never here.
+_LIGHTGBM_PROBE = """
+import json, numpy as np, lightgbm
+x = np.random.default_rng(0).random((64, 2))
+try:
+    lightgbm.train({"device_type": "gpu", "verbose": -1}, lightgbm.Dataset(x, x[:, 0]), 1)
+    print(json.dumps(["gpu", "OpenCL GPU"]))
+except lightgbm.basic.LightGBMError as err:
+    print(json.dumps(["cpu", f"this LightGBM build has no usable GPU ({str(err).splitlines()[0]})"]))
+"""
 
 
 def xgboost_device() -> str:
-    """"cuda" where this process has a GPU to train on, else "cpu"."""
-    return "cuda" if ranks.context().device.type == "cuda" or gpus.inventory() else "cpu"
+    """"cuda" where this process sees a GPU, else "cpu"."""
+    return "cuda" if gpus.inventory() else "cpu"
 
 
-@functools.lru_cache(maxsize=None)
 def lightgbm_device() -> tuple[str, str]:
-    """("gpu" or "cpu", why): the GPU when one is here and this LightGBM build reaches it."""
-    if xgboost_device() == "cpu":
+    """("gpu" or "cpu", why): the GPU when one is here and this LightGBM build reaches it.
+
+    Found by training one tree in a process of its own (LightGBM's OpenCL would open the
+    driver in this one), once per LightGBM version and set of GPUs: the answer is kept in
+    the temporary folder for every later run on this machine."""
+    found = gpus.inventory()
+    if not found:
         return "cpu", "no GPU"
     import lightgbm
-    import numpy as np
-    x = np.random.default_rng(0).random((64, 2))
+    return _probe_lightgbm(lightgbm.__version__, tuple(g.uuid for g in found))
+
+
+@functools.cache
+def _probe_lightgbm(version: str, gpu_ids: tuple) -> tuple[str, str]:
+    key = hashlib.sha256(json.dumps([version, gpu_ids, sys.executable]).encode()).hexdigest()[:16]
+    answer = Path(tempfile.gettempdir()) / "kagglekit-probes" / f"lightgbm-{key}.json"
     try:
-        lightgbm.train({"device_type": "gpu", "verbose": -1}, lightgbm.Dataset(x, x[:, 0]), 1)
-    except lightgbm.basic.LightGBMError as err:
-        return "cpu", f"this LightGBM build has no usable GPU ({str(err).splitlines()[0]})"
-    return "gpu", "OpenCL GPU"
+        return tuple(json.loads(answer.read_text()))
+    except (OSError, ValueError):
+        pass
+    found, ran = _run_probe(_LIGHTGBM_PROBE)
+    if ran:  # a probe that could not run (a crash, a timeout) is asked again next time
+        from ..state import atomic
+        atomic.write_json(answer, list(found))
+    return found
+
+
+def _run_probe(code: str) -> tuple[tuple[str, str], bool]:
+    """(``code``'s answer, True) from a fresh interpreter that sees this one's modules; or
+    ("cpu", what went wrong), False."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=env, timeout=PROBE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return ("cpu", f"the GPU probe could not run ({type(err).__name__})"), False
+    try:
+        return tuple(json.loads(done.stdout.strip().splitlines()[-1])), True
+    except (ValueError, IndexError):
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return ("cpu", f"the GPU probe failed ({last})"), False
 
 
 def _report(trial, value: float, step: int) -> None:

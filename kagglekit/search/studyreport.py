@@ -59,8 +59,8 @@ def _show_best(study, completed: list, top: int = 5) -> None:
 def _plots(study, output_dir: Path, prefix: str) -> list[str]:
     from optuna.visualization import matplotlib as ovm
 
-    from ..run.plots import _pyplot
     from ..run.context import save_figure
+    from ..run.plots import _pyplot
     plt = _pyplot()
     made = []
     for name, plot in (("history", ovm.plot_optimization_history),

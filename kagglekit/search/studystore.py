@@ -18,9 +18,12 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
+
+from ..machine import env
 
 HEARTBEAT_ATTR = "kagglekit_heartbeat"
 
@@ -140,3 +143,23 @@ def fail_stale(study, grace_s: float, max_retry: int) -> None:
                 distributions=t.distributions, user_attrs=t.user_attrs,
                 system_attrs={"failed_trial": t.number,
                               "retry_history": [*t.system_attrs.get("retry_history", []), t.number]}))
+
+
+def storage_url(path: Path) -> str:
+    return f"sqlite:///{Path(path).resolve()}"
+
+
+def adopt_previous(db: Path, name: str) -> Path | None:
+    """Copy the newest ``<name>.db`` found in the inputs into the working dir.
+
+    Only when the working dir has none: this version's own study is never replaced.
+    """
+    if db.exists():
+        return None
+    found = [p for p in env.find_inputs(f"{name}.db") if p.is_file()]
+    if not found:
+        return None
+    newest = max(found, key=lambda p: p.stat().st_mtime)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(newest, db)  # the input is read-only; SQLite needs to write
+    return newest

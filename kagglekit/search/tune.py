@@ -17,42 +17,18 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import statistics
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from ..machine import env
 from ..loop import progress
-from ..parallel import ranks
+from ..machine.budget import Budget
+from ..parallel.forked import run_forked
 from . import sizing, studystore
 from .sizing import FINISHED, MIN_SCALE, trial_scale  # noqa: F401 (kk.tune.trial_scale in objectives)
 from .studyreport import counts, summarize  # noqa: F401 (kk.tune.summarize in notebooks)
-from ..parallel.launcher import run_forked
-from ..machine.budget import Budget
-
-
-
-def storage_url(path: Path) -> str:
-    return f"sqlite:///{Path(path).resolve()}"
-
-
-def adopt_previous(db: Path, name: str) -> Path | None:
-    """Copy the newest ``<name>.db`` found in the inputs into the working dir.
-
-    Only when the working dir has none: this version's own study is never replaced.
-    """
-    if db.exists():
-        return None
-    found = [p for p in env.find_inputs(f"{name}.db") if p.is_file()]
-    if not found:
-        return None
-    newest = max(found, key=lambda p: p.stat().st_mtime)
-    db.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(newest, db)  # the input is read-only; SQLite needs to write
-    return newest
 
 
 def _storage(url: str, heartbeat_s: int, grace_s: int, max_retry: int):
@@ -175,27 +151,15 @@ def _say(trial, outcome: str, started: float) -> None:
 
 
 def _worker(gpus: int, args: tuple, index: int) -> str:
-    """One search worker in its own process: its GPU, its trials (torch on one CPU thread: see
-    ``launcher.FORKED_THREADS``)."""
+    """One search worker in its own process: its GPU (cuda:0 of what it sees, where
+    ``run.device`` points), its trials, torch on one CPU thread (``launcher.FORKED_THREADS``)."""
     if gpus:  # before anything touches CUDA in this fresh process
         os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
     import torch
+
     from ..parallel.launcher import FORKED_THREADS
     torch.set_num_threads(FORKED_THREADS)
-    return _on_device(gpus, _work, *args, worker=index)
-
-
-def _on_device(gpus: int, fn, *args, **kwargs):
-    """``fn`` with the launch context's device set to this worker's GPU (cuda:0 of what it
-    sees) when there are GPUs: a fit inside the objective trains there, not on the CPU."""
-    import torch
-    previous = ranks.context()
-    if gpus:
-        ranks.set_context(ranks.Context("single", 0, 0, 1, torch.device("cuda:0")))
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        ranks.set_context(previous)
+    return _work(*args, worker=index)
 
 
 def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path | str,
@@ -215,8 +179,8 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
             (``<name>-<fingerprint>``): a search on other data starts its own study
             instead of continuing, and counting, the trials of another data set.
         n_trials: total finished (complete or pruned) trials across all sessions.
-        workers: processes (default: one per GPU, else 1). Each sees only its GPU, and
-            a fit in the objective trains there (the launch context's device). They run
+        workers: processes (default: one per GPU, else 1). Each sees only its GPU (its
+            cuda:0, where ``run.device`` and a fit without a device point). They run
             under ``launch``'s supervisor: one failing stops the others.
         storage: where the study lives instead of the SQLite file: a SQLAlchemy URL
             (PostgreSQL: one study for several kernels or machines), ``journal:<path>`` on a
@@ -236,7 +200,6 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
     Returns the study (loaded in this process).
     """
     from ..machine.gpus import inventory
-    from ..machine.gpus import cuda_initialised
     if key is not None:
         from ..state.cache import fingerprint
         name = f"{name}-{fingerprint(key)[:10]}"
@@ -244,10 +207,10 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
     directory.mkdir(parents=True, exist_ok=True)
     db = directory / f"{name}.db"
     if storage is None:
-        adopted = adopt_previous(db, name)
+        adopted = studystore.adopt_previous(db, name)
         if adopted is not None:
             print(f"kagglekit tune: continuing the study found in {adopted}")
-    url = studystore.resolve(storage) if storage else storage_url(db)  # never printed
+    url = studystore.resolve(storage) if storage else studystore.storage_url(db)  # never printed
     gpus = len(inventory())
     workers = workers or max(1, gpus)
     options = {"sampler": sampler, "pruner": pruner, "heartbeat_s": heartbeat_s,
@@ -262,11 +225,8 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
     args = (objective, name, url, direction, n_trials,
             directory / f".{name}.lock", budget, options, seed)
     if workers == 1:
-        reason = _on_device(gpus, _work, *args)
+        reason = _work(*args)
     else:
-        if gpus and cuda_initialised():
-            from ..parallel.launcher import CUDA_INITIALISED
-            raise RuntimeError(CUDA_INITIALISED)
         run_forked(functools.partial(_worker, gpus, args), workers, what="tune worker")
         reason = "workers finished"
     study = load_study(name, url, direction, **options)
@@ -290,6 +250,20 @@ def _refuse_a_search_that_only_failed(study, session_start: int, n_trials: int) 
               if t.number >= session_start and "error" in t.user_attrs]
     first = errors[0] if errors else "not recorded"
     raise SearchFailed(f"search {study.study_name!r}: {reason}. The first error: {first}")
+
+
+def best(objective: Callable, name: str, n_trials: int, *, defaults: dict, run, key=None,
+         direction: str = "minimize", **options) -> dict:
+    """A search as a notebook runs one: ``optimize`` (its first trial at ``defaults``, its study
+    in the run's ``tune`` folder, keyed by ``key``), its report in metrics.json
+    (``search_<name>``) and its files, and the parameters to go on with: ``defaults`` updated
+    with the best trial's (``defaults`` alone when ``n_trials`` is 0)."""
+    if not n_trials:
+        return dict(defaults)
+    study = optimize(objective, name, n_trials, directory=run.output_dir / "tune", direction=direction,
+                     first_params=defaults, key=key, run=run, seed=run.seed, **options)
+    run.log(**{f"search_{name}": summarize(study, run.output_dir, prefix=f"tune_{name}")})
+    return {**defaults, **study.best_params}
 
 
 def pruning_hook(trial, monitor: str = "val_loss"):

@@ -20,15 +20,15 @@ import json
 import shutil
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
-from . import atomic
 from ..machine import env
+from . import atomic
 
 
 class CacheWarning(UserWarning):
@@ -265,6 +265,14 @@ class Cache:
               f"computed in {seconds:.1f}s and stored")
         kind = _kind_of(value)  # boosters come back as loaded from disk, hit or miss alike
         return _read(kind, entry / _FILES[kind]) if kind in ("xgboost", "lightgbm") else value
+
+    def work(self, prefix: str) -> dict:
+        """The entries named ``prefix...`` this session: their seconds of work (computed, or
+        saved by a hit) and whether all were hits (None each when there is none)."""
+        mine = [e for e in self.events if e["name"].startswith(prefix)]
+        seconds = sum(e.get("seconds", e.get("seconds_saved", 0)) for e in mine)
+        return {"train_s": seconds if mine else None,
+                "cached": all(e["hit"] for e in mine) if mine else None}
 
     def stats(self) -> dict:
         """Hits, misses and time saved, for metrics.json."""

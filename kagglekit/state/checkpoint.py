@@ -4,6 +4,7 @@ Layout of a checkpoint folder::
 
     step-00001200.pt     torch.save of the full state (loads with weights_only=True)
     step-00001200.json   sidecar: step, epoch, metrics, config, versions, sha256 of the .pt
+    step-00001200-r1.pt  the same step saved by rank 1 (before a restart: it ran out of memory)
 
 The sidecar is written after the payload, so a payload without a sidecar is an
 interrupted save and is ignored. A payload whose sha256 differs from its sidecar
@@ -26,14 +27,14 @@ from pathlib import Path
 
 import torch
 
-from . import atomic, space
-from .snapshot import restore, snapshot, unwrap  # noqa: F401 (kk.checkpoint.snapshot)
 from ..machine import env
 from ..parallel import ranks
+from . import atomic, space
 from .cache import fingerprint
 from .identity import DEFAULT_RUN_CONTROL, Identity
+from .snapshot import restore, snapshot, unwrap  # noqa: F401 (kk.checkpoint.snapshot)
 
-_STEP_FILE = re.compile(r"^step-(\d{8,})\.json$")
+_STEP_FILE = re.compile(r"^step-(\d{8,})(-[a-z0-9]+)?\.json$")  # -r1: a rank's own save
 
 
 class CheckpointWarning(UserWarning):
@@ -56,8 +57,9 @@ class Found:
 
 
 def _versions() -> dict:
-    from .. import __version__
     import platform
+
+    from .. import __version__
     return {"torch": torch.__version__, "kagglekit": __version__, "python": platform.python_version()}
 
 
@@ -155,7 +157,7 @@ class CheckpointManager:
                 data = None
         return Identity.of(config, model, data, run_control=self.run_control)
 
-    def bind(self, identity: Identity) -> "CheckpointManager":
+    def bind(self, identity: Identity) -> CheckpointManager:
         """Keep this run's checkpoints in ``<directory>/<identity.key>`` from now on."""
         self.identity = identity
         return self
@@ -175,12 +177,14 @@ class CheckpointManager:
 
     # ---- writing -------------------------------------------------------
     def save(self, state: dict, *, step: int, epoch: int = 0, metrics: dict | None = None,
-             config: dict | None = None, final: bool = False) -> Path:
-        """Write ``state`` atomically, then its sidecar, then prune old ones.
+             config: dict | None = None, final: bool = False, tag: str = "") -> Path:
+        """Write ``state`` atomically, then its sidecar, then prune old ones. ``tag``: a name
+        of the writer's own beside the step (a rank other than 0 may save the step rank 0 is
+        saving at the same moment).
 
         A full disk mid-write leaves the previous checkpoint as it was and raises
         CheckpointSpaceError naming the folder and the space needed."""
-        payload = self.directory / f"step-{step:08d}.pt"
+        payload = self.directory / f"step-{step:08d}{'-' + tag if tag else ''}.pt"
         if not self._space_checked:
             self._space_checked = True
             space.warn_if_short(self.directory, space.state_bytes(state), self.keep_last)
@@ -234,12 +238,14 @@ class CheckpointManager:
 
     # ---- reading -------------------------------------------------------
     def candidates(self) -> list[Found]:
-        """Every checkpoint found, newest first; the working dir wins ties."""
+        """Every checkpoint found, newest first; the working dir wins ties, then the later save
+        (a rank's own save of a step rank 0 saved too carries what the restart needs)."""
         found = _scan(self.directory)
         for folder in self.search:
             found += _scan(folder)
         order = {p: i for i, p in enumerate([self.directory, *self.search])}
-        return sorted(found, key=lambda f: (-f.step, order.get(f.path.parent, 99)))
+        return sorted(found, key=lambda f: (-f.step, order.get(f.path.parent, 99),
+                                            -float(f.meta.get("time", 0))))
 
     def _carry_over(self, found: Found) -> None:
         """Copy a checkpoint found in an attached input (the previous kernel version's
@@ -289,6 +295,13 @@ class CheckpointManager:
             warnings.warn(f"checkpoint {path} is unusable ({err}) and no older one exists; "
                           "starting from scratch", CheckpointWarning, stacklevel=2)
         return None
+
+
+    def load_file(self, payload: Path | str, map_location="cpu") -> tuple[Found, dict]:
+        """The checkpoint ``payload`` (a path another rank chose), verified against its sidecar."""
+        payload = Path(payload)
+        found = Found(payload, json.loads(payload.with_suffix(".json").read_text()))
+        return found, load(found, map_location)
 
 
 def _writer() -> bool:

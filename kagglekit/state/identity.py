@@ -66,7 +66,7 @@ class Identity:
 
     @classmethod
     def of(cls, config: dict | None, model: torch.nn.Module, data=None,
-           fingerprint: str | None = None, run_control=DEFAULT_RUN_CONTROL) -> "Identity":
+           fingerprint: str | None = None, run_control=DEFAULT_RUN_CONTROL) -> Identity:
         """The identity of training ``model`` on ``data`` with ``config`` (its ``run_control``
         keys left out: they say how long a run trains, not what it is).
 

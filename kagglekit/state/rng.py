@@ -20,7 +20,7 @@ def capture() -> dict:
                   "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_initialized():  # no CUDA used, no CUDA state (and none opened here)
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 

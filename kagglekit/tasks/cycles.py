@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..loop import cudagraph, memory, monitor
 from ..machine import env
 from ..state import atomic
-from ..loop import cudagraph, memory, monitor
 
 STRATEGIES = ("sync", "batched", "cuda_graph", "process_pool")
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..state import atomic
 from ..readers.volumes import IGNORE
+from ..state import atomic
 
 
 class Patches(Dataset):

@@ -1,4 +1,5 @@
-"""Command line: ``python -m kagglekit.tools.cli {run,runs,view,build,push,status,logs,output,pull,quota,compare} [NB ...]``."""
+"""Command line: ``python -m kagglekit.tools.cli COMMAND [NB ...]``, COMMAND one of run, runs, view,
+build, push, status, logs, output, pull, quota, compare."""
 from __future__ import annotations
 
 import argparse
@@ -64,8 +65,8 @@ def _kaggle_parameters(name: str) -> dict:
 
 
 def _run_one(nb: Path, params: dict, output_root: str, run_notebook) -> dict:
-    from .runfolders import headline_text
     from .notebook_runner import one_line, run_folder
+    from .runfolders import headline_text
     folder = run_folder(nb, params, output_root)
     print(f"== {nb.stem}: running with {params or 'its defaults'} -> {folder}/", flush=True)
     started = time.monotonic()
@@ -100,6 +101,7 @@ def _text_table(rows: list[dict]) -> str:
 def cmd_runs(args) -> int:
     """Every local run with its status and headline results, newest first per notebook."""
     import datetime
+
     from .runfolders import listing
     rows = listing(Path(args.output))
     if not rows:
@@ -293,8 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except Exception as err:  # the CLI's errors are messages for a person, not tracebacks
-        from .publish import metadata, credentials, kaggle_cli, build
         from ..run.params import ParameterError
+        from .publish import build, credentials, kaggle_cli, metadata
         known = (metadata.MetadataError, credentials.CredentialsError, kaggle_cli.KaggleError,
                  build.BuildError, ParameterError)
         if isinstance(err, known):

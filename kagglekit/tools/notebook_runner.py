@@ -16,8 +16,8 @@ import time
 import traceback
 from pathlib import Path
 
-from ..state import atomic
 from ..run import params as params_mod
+from ..state import atomic
 from . import runfolders
 from .publish.data import data_root
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -118,7 +119,7 @@ class Version:
     rerun: bool = False  # KAGGLE_IS_COMPETITION_RERUN: the competition's scoring rerun
 
 
-def run_version(built: Path, slug: str, version: Version, bench: "Bench", cap: int) -> Outcome:
+def run_version(built: Path, slug: str, version: Version, bench: Bench, cap: int) -> Outcome:
     """One kernel version: mount the inputs, execute, check the inputs and the chain."""
     name, root = built.stem, version.root
     inputs = root / "input"
@@ -182,13 +183,15 @@ def verdict(version: int, chain: dict, previous: dict | None = None) -> tuple[bo
 
 
 def _left_pending(label: str, earlier: dict) -> bool:
-    """Was ``label`` left for this version: pending itself, or a unit inside a pending one (a
-    fold's own models, ``cache:trees-gnn-fold2`` inside ``cache:gnn-fold2``) that no earlier
-    version reached? Anything an earlier version recorded otherwise was finished there."""
+    """Was ``label`` left for this version: pending itself, or a unit inside a pending fold (a
+    fold's own models: ``cache:trees-fold2-seed0`` or ``cache:lstm-forecast-fold2`` inside
+    ``cache:gnn-fold2`` / ``cache:forecast-fold2``, named by the fold they belong to) that no
+    earlier version reached? Anything an earlier version recorded otherwise was finished there."""
     if label in earlier:
         return earlier[label] == "pending"
-    pending = [p.split(":", 1)[-1] for p, did in earlier.items() if did == "pending"]
-    return any(label.endswith("-" + name) for name in pending)
+    folds = {m.group(0) for p, did in earlier.items() if did == "pending"
+             for m in [re.search(r"fold\d+$", p)] if m}
+    return any(re.search(rf"(^|[-:]){fold}($|-)", label) for fold in folds)
 
 
 def _chain_of(output: Path | None) -> dict:
@@ -217,7 +220,7 @@ def rerun_verdict(metrics: dict, root: Path) -> tuple[bool, str]:
                   f"{len(decoded)} volumes decoded, all of them test volumes)")
 
 
-def _sources(meta: dict, bench: "Bench", hidden: bool = False) -> dict:
+def _sources(meta: dict, bench: Bench, hidden: bool = False) -> dict:
     """The kernel's competition and dataset sources, mounted as Kaggle mounts them: the
     competitor's own copy (``DATA=``) for the first, else the stand-in of its layout."""
     from .standins import make
@@ -240,7 +243,7 @@ def _sources(meta: dict, bench: "Bench", hidden: bool = False) -> dict:
     return sources
 
 
-def _versions(name: str, meta: dict, notebook: Path, bench: "Bench", cap: int) -> list[Outcome]:
+def _versions(name: str, meta: dict, notebook: Path, bench: Bench, cap: int) -> list[Outcome]:
     """Versions 1 to 3 of one notebook, each mounting the previous one's output; then, for a
     competition kernel, Kaggle's scoring rerun of version 3 on the hidden test set."""
     plan = [Version(n, bench.work / name / f"v{n}", None, _sources(meta, bench))
@@ -278,7 +281,8 @@ def prepare(work: Path, names: list[str], jobs: int = 1, data: Path | None = Non
     if data is not None and not Path(data).is_dir():
         raise FileNotFoundError(f"DATA={data} is not a folder (make data NB=<name> downloads one)")
     from .kernelenv import kernel_python
-    from .publish import build as build_mod, metadata, wheels
+    from .publish import build as build_mod
+    from .publish import metadata, wheels
     python = kernel_python()
     jupyter = _kernelspec(work / "jupyter", python)
     kit_wheel, _ = build_mod.build_wheel(work / "build" / "_wheel")
@@ -291,7 +295,8 @@ def prepare(work: Path, names: list[str], jobs: int = 1, data: Path | None = Non
 
 def run_notebook(name: str, bench: Bench, cap: int = CAP) -> list[Outcome]:
     """``name`` built exactly as ``make push`` builds it, then its three versions."""
-    from .publish import build as build_mod, metadata
+    from .publish import build as build_mod
+    from .publish import metadata
     meta = metadata.load(Path("kernel-metadata") / f"{name}.json")
     with _BUILDING:  # one build at a time: they share the build folder and git's index
         built = build_mod.build(name, out_root=bench.work / "build", wheel=bench.kit_wheel, owner=OWNER,

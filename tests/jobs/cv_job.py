@@ -26,7 +26,8 @@ def main(slow: float) -> None:
                 import time
                 time.sleep(slow)
             return F.cross_entropy(m(batch[0]), batch[1])
-        result = kk.fit(model, torch.optim.AdamW(model.parameters(), 1e-2), kk.make_loader(train, 32, seed=0, num_workers=0),
+        loader = kk.make_loader(train, 32, seed=0, num_workers=0)
+        result = kk.fit(model, torch.optim.AdamW(model.parameters(), 1e-2), loader,
                         loss, run=run, epochs=3, checkpoints=run.checkpoints(fold.name), save_every_min=0.0,
                         progress=False, config={"fold": fold.index})
         if not result.finished:

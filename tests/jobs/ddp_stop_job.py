@@ -7,7 +7,8 @@ import torch
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import data, datasets, launcher, models
+from kagglekit import datasets, launcher, models
+from kagglekit import loaders as data
 
 
 def train(ckpt: str, sleep: float) -> dict:
@@ -16,7 +17,7 @@ def train(ckpt: str, sleep: float) -> dict:
 
     def announce(state):
         time.sleep(sleep)
-        if launcher.context().is_main:
+        if kk.ranks.is_main():
             print(f"step {state.step}", flush=True)
 
     result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),

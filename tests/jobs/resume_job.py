@@ -9,7 +9,8 @@ import sys
 import torch
 
 import kagglekit as kk
-from kagglekit import data, datasets, models
+from kagglekit import datasets, models
+from kagglekit import loaders as data
 
 
 def main() -> None:

@@ -6,13 +6,16 @@ world, rank 0 writes the checkpoints, every rank resumes from them. Prints "step
 rank 0 after each step; rank 0 saves the final weights to --out.
 """
 import argparse
+import os
 import time
+from pathlib import Path
 
 import torch
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import data, datasets, launcher, models
+from kagglekit import datasets, models
+from kagglekit import loaders as data
 
 
 def train(ckpt: str, out: str, steps: int, per_gpu_batch: int, sleep: float) -> None:
@@ -22,14 +25,14 @@ def train(ckpt: str, out: str, steps: int, per_gpu_batch: int, sleep: float) -> 
 
     def announce(state):
         time.sleep(sleep)
-        if launcher.context().is_main:
+        if kk.ranks.is_main():
             print(f"step {state.step}", flush=True)
 
     result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.5),
                     data.make_loader(ds, per_gpu_batch, num_workers=0), kk.supervised(F.cross_entropy),
                     epochs=100, max_steps=steps, progress=False, save_every_min=0,
                     checkpoints=kk.CheckpointManager(ckpt, search=[]), on_step_end=announce)
-    if launcher.context().is_main:
+    if kk.ranks.is_main():
         torch.save({"model": model.state_dict(), "world": result.world_size,
                     "resumed_from": result.resumed_from}, out)
 
@@ -38,8 +41,14 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--sleep", type=float, default=0.0)
     args = ap.parse_args()
-    kk.launch(train, args.ckpt, args.out, args.steps, args.batch, args.sleep)
+    # torchrun starts each worker in a session of its own: a test that kills the job needs
+    # the workers' pids, not only the agents'.
+    pids = Path(f"{args.out}.pids")
+    pids.mkdir(exist_ok=True)
+    (pids / str(os.getpid())).touch()
+    kk.launch(train, args.ckpt, args.out, args.steps, args.batch, args.sleep,
+              timeout_s=120)  # a rank out of step is an error in 2 minutes, not a 30-minute wait

@@ -91,7 +91,8 @@ def install_cell(wheel: Path, provenance: dict, machine_shape: str = "NvidiaTesl
     prefix}) from the attached wheels dataset, or an error naming what is missing."""
     payload = base64.b64encode(wheel.read_bytes()).decode()
     expect = EXPECTED_GPUS.get(machine_shape, "")
-    source = f'''{INSTALL_MARK} {wheel.name} (commit {provenance["commit"][:12]}{" +dirty" if provenance["dirty"] else ""})
+    commit = provenance["commit"][:12] + (" +dirty" if provenance["dirty"] else "")
+    source = f'''{INSTALL_MARK} {wheel.name} (commit {commit})
 # Installed offline into a private folder: the image's torch is never touched.
 import base64, os, subprocess, sys, tempfile
 _dir = tempfile.mkdtemp(prefix="kagglekit-")

@@ -1,10 +1,10 @@
 """``make compare NB=``: a local run against the Kaggle run of the same configuration.
 
 Judged by the write-up's criteria (``comparison.CRITERIA``, a notebook's own under ``criteria``
-in its kernel metadata), one verdict each, printed and written to compare.md. Only like with like: the local run compared is one whose parameters equal the Kaggle
-run's (``make run NB=<name> KAGGLE=1`` makes it); without one the comparison is
-refused, naming the parameters that differ, instead of blaming the platform for a
-configuration's effect.
+in its kernel metadata), one verdict each, printed and written to compare.md. Only like with
+like: the local run compared is one whose parameters equal the Kaggle run's (``make run
+NB=<name> KAGGLE=1`` makes it); without one the comparison is refused, naming the parameters
+that differ, instead of blaming the platform for a configuration's effect.
 """
 from __future__ import annotations
 

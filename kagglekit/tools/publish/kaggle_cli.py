@@ -131,10 +131,9 @@ def current_version(kernel: str) -> int | None:
     owner, slug = kernel.split("/", 1)
     code = ("from kaggle import api\n"
             "from kagglesdk.kernels.types.kernels_api_service import ApiGetKernelRequest\n"
-            "r = ApiGetKernelRequest(); r.user_name, r.kernel_slug = %r, %r\n"
+            f"r = ApiGetKernelRequest(); r.user_name, r.kernel_slug = {owner!r}, {slug!r}\n"
             "with api.build_kaggle_client() as k:\n"
-            "    print(k.kernels.kernels_api_client.get_kernel(r).metadata.current_version_number)\n"
-            % (owner, slug))
+            "    print(k.kernels.kernels_api_client.get_kernel(r).metadata.current_version_number)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     found = re.search(r"^(\d+)\s*$", proc.stdout, re.M)
     return int(found.group(1)) or None if found else None

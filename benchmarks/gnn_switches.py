@@ -1,0 +1,85 @@
+"""The GNN notebook's speed switches, each timed against none of them (moved out of the notebook:
+a study of how a step runs is not the notebook's pipeline).
+
+``accumulate``, ``grad_checkpointing`` and ``compile`` change how a step runs, not what the
+model learns. The model is the notebook's at its defaults (two GCN layers, 16 hidden units,
+sparse input dropout) on the built-in fraud-like graph, trained on neighbour-sampled mini-batches
+(``kk.graph.node_batches`` with ``full_batch=False``: the large-graph path the switches are for).
+Each variant runs ``STEPS`` optimizer steps after as many warm-up steps (compilation, the
+allocator), rounds alternate between the variants, and the median step time and the peak
+memory (CUDA allocator on a GPU, resident high-water mark on a CPU) print as ratios against
+"none" measured in the same run. ``--compile`` adds torch.compile (minutes on a CPU).
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+
+import torch
+from torch.nn import functional as F
+
+import kagglekit as kk
+
+STEPS, ROUNDS, BATCH, HOPS = 20, 3, 512, [10, 5]
+
+
+def model_for(data):
+    from torch_geometric.nn import GCNConv
+
+    class GNN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = torch.nn.ModuleList([GCNConv(data.num_features, 16), GCNConv(16, 16)])
+            self.out, self.input_dropout = torch.nn.Linear(16, 1), kk.graph.SparseDropout(0.5)
+
+        def forward(self, x, edge_index):
+            x = self.input_dropout(x)
+            for conv in self.convs:
+                x = F.dropout(F.relu(conv(x, edge_index)), 0.5, self.training)
+            return self.out(x)
+    return GNN()
+
+
+def node_loss(model, batch):
+    logits = model(batch.x, batch.edge_index)[: batch.batch_size, 0]
+    return F.binary_cross_entropy_with_logits(logits, batch.y[: batch.batch_size].float())
+
+
+def timed(data, device, accumulate=1, grad_checkpointing=False, compile=False) -> dict:
+    torch.manual_seed(0)
+    model = model_for(data)
+    if grad_checkpointing:
+        kk.accel.checkpoint_blocks(model.convs)
+    loader = kk.graph.node_batches(data, data.train_mask, HOPS, BATCH, full_batch=False,
+                                   steps_between_evals=STEPS * accumulate, seed=0, device=device)
+    kk.memory.reset_peak_of(device)
+    result = kk.fit(model, torch.optim.Adam(model.parameters(), lr=1e-2), loader, node_loss,
+                    device=device, progress=False, compile="auto" if compile else "off",
+                    **kk.loaders.schedule(2 * STEPS, loader, STEPS, accumulate))
+    last, before = result.history[-1], result.history[-2]  # the last interval: after the warm-up
+    steady = last["seconds"] / (last["step"] - before["step"])
+    return {"step_ms": 1e3 * steady, **kk.memory.peak_of(device)}
+
+
+def main() -> None:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    data = kk.graphsets.load(None, nodes=20000, positive_rate=0.05, seed=0)
+    variants = {"none": {}, "accumulate=2": {"accumulate": 2}, "grad_checkpointing": {"grad_checkpointing": True}}
+    if "--compile" in sys.argv:
+        variants["compile"] = {"compile": True}
+    rows = {name: [] for name in variants}
+    for _ in range(ROUNDS):
+        for name, switches in variants.items():
+            rows[name].append(timed(data, device, **switches))
+    none_ms = statistics.median(r["step_ms"] for r in rows["none"])
+    none_mb = max(r["peak_mb"] or 0 for r in rows["none"])
+    print(f"GNN speed switches on {device}, {STEPS} steps x {ROUNDS} rounds, batch {BATCH}, fanouts {HOPS}")
+    for name, measured in rows.items():
+        ms = statistics.median(r["step_ms"] for r in measured)
+        mb = max(r["peak_mb"] or 0 for r in measured)
+        memory = f"peak {mb:8.1f} MB ({mb / none_mb:.2f}x none)" if none_mb else "peak memory not measured"
+        print(f"  {name:20s} step {ms:7.2f} ms ({ms / none_ms:.2f}x none)  {memory}")
+
+
+if __name__ == "__main__":
+    main()
