@@ -25,8 +25,7 @@ import numpy as np
 import torch
 
 import kagglekit as kk
-from kagglekit import datasets, models, monitor
-from kagglekit import loaders as data
+from kagglekit import datasets, loaders as data, models, monitor
 
 
 def _fit_rate(model_fn, loader, loss, steps: int, **kw) -> float:

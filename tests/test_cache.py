@@ -3,8 +3,7 @@ import json
 import pytest
 import torch
 
-from kagglekit import cache as cache_mod
-from kagglekit import inputs, models
+from kagglekit import cache as cache_mod, inputs, models
 from kagglekit.state.cache import Cache, CacheWarning
 
 CONFIG = {"lr": 0.01, "hidden": 16, "epochs": 3}

@@ -11,8 +11,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import cudagraph, datasets, models
-from kagglekit import loaders as data
+from kagglekit import cudagraph, datasets, loaders as data, models
 
 LOSS = kk.supervised(F.cross_entropy)
 

@@ -14,8 +14,7 @@ import torch
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import datasets, gpus, guards, models, space
-from kagglekit import loaders as data
+from kagglekit import datasets, gpus, guards, loaders as data, models, space
 from kagglekit.machine.precision import Precision
 from kagglekit.parallel.launcher import LaunchError, launch
 from kagglekit.state.checkpoint import CheckpointManager

@@ -8,8 +8,7 @@ import torch
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import cache, checkpoint, datasets, models, tune
-from kagglekit import loaders as data
+from kagglekit import cache, checkpoint, datasets, loaders as data, models, tune
 from kagglekit.state.checkpoint import CheckpointManager
 from kagglekit.state.identity import Identity
 

@@ -11,9 +11,7 @@ import torch.distributed as dist
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import datasets, models, step
-from kagglekit import launcher as launch_mod
-from kagglekit import loaders as data
+from kagglekit import datasets, launcher as launch_mod, loaders as data, models, step
 from kagglekit.parallel.launcher import LaunchError, launch
 
 LOSS = kk.supervised(F.cross_entropy)

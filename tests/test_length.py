@@ -8,8 +8,7 @@ import torch
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import datasets, models
-from kagglekit import loaders as data
+from kagglekit import datasets, loaders as data, models
 from kagglekit.loop.schedule import ScheduleError
 from kagglekit.state.checkpoint import CheckpointManager
 

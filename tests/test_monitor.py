@@ -7,8 +7,7 @@ import torch
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import datasets, models, monitor
-from kagglekit import loaders as data
+from kagglekit import datasets, loaders as data, models, monitor
 
 
 def _fake_nvml(util_by_gpu: list[int]):

@@ -4,8 +4,7 @@ import pandas as pd
 import pytest
 import torch
 
-from kagglekit import loaders as data
-from kagglekit import timeseries, windows
+from kagglekit import loaders as data, timeseries, windows
 
 
 def write_long_table(folder, suffix=".csv", seed=0):

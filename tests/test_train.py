@@ -5,8 +5,7 @@ import torch
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import accel, datasets, models
-from kagglekit import loaders as data
+from kagglekit import accel, datasets, loaders as data, models
 from kagglekit.state.checkpoint import CheckpointManager
 
 LOSS = kk.supervised(F.cross_entropy)

@@ -12,8 +12,7 @@ import torch
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import datasets, models, tune
-from kagglekit import loaders as data
+from kagglekit import datasets, loaders as data, models, tune
 from kagglekit.search import sizing, studyreport
 
 JOB = Path(__file__).parent / "jobs" / "tune_job.py"

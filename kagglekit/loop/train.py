@@ -16,8 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..machine import precision as precision_mod
-from ..machine import signals
+from ..machine import precision as precision_mod, signals
 from ..parallel import ranks
 from . import accel, cudagraph, fitoptions, monitor, schedule, validation
 from .durable import Durable

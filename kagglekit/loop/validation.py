@@ -7,8 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..parallel import loaders as data
-from ..parallel import ranks
+from ..parallel import loaders as data, ranks
 
 
 def refuse_empty(loader) -> None:

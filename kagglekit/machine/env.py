@@ -18,8 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import gpus as gpus_mod
-from . import precision as precision_mod
+from . import gpus as gpus_mod, precision as precision_mod
 
 KAGGLE_ROOT = Path("/kaggle")
 

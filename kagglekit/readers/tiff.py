@@ -10,20 +10,15 @@ has, decodes LZW (and Deflate, PackBits) too, and is used whenever tifffile cann
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from .volumecache import VolumeCache
 
 
 class TiffVolume:
     """A 3-D TIFF (z pages of y-by-x) read by crop; ``cache``: a ``VolumeCache`` that decodes
     a compressed volume once (None: decode the pages of every crop)."""
 
-    def __init__(self, path: Path | str, cache: VolumeCache | None = None,
-                 labels_map=None):
+    def __init__(self, path: Path | str, cache=None, labels_map=None):
         import tifffile
         self.path = Path(path)
         with tifffile.TiffFile(self.path) as tif:

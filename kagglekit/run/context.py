@@ -22,8 +22,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..machine import budget as budget_mod
-from ..machine import env, inputs
+from ..machine import budget as budget_mod, env, inputs
 from ..parallel import ranklog, ranks
 from ..state.cache import Cache
 from ..state.checkpoint import CheckpointManager

@@ -10,8 +10,7 @@ import itertools
 import torch
 import torch.distributed as dist
 
-from ..parallel import loaders as data
-from ..parallel import ranks
+from ..parallel import loaders as data, ranks
 from ..readers.volumes import IGNORE
 
 

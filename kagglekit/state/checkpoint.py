@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import platform
 import re
 import shutil
 import time
@@ -57,8 +58,6 @@ class Found:
 
 
 def _versions() -> dict:
-    import platform
-
     from .. import __version__
     return {"torch": torch.__version__, "kagglekit": __version__, "python": platform.python_version()}
 
@@ -295,7 +294,6 @@ class CheckpointManager:
             warnings.warn(f"checkpoint {path} is unusable ({err}) and no older one exists; "
                           "starting from scratch", CheckpointWarning, stacklevel=2)
         return None
-
 
     def load_file(self, payload: Path | str, map_location="cpu") -> tuple[Found, dict]:
         """The checkpoint ``payload`` (a path another rank chose), verified against its sidecar."""

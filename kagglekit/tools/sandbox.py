@@ -17,8 +17,7 @@ notebook's Kaggle parameter; only the amount of work shrinks, two ways: the run 
 work cap (``KAGGLEKIT_WORK_CAP``: each fit's optimizer steps and batches per epoch, its
 validation batches too) and the notebook's own ``sandbox`` parameters in its kernel metadata
 (amounts only: trials, repeats, boosting rounds, cycles). Version 1 may train; versions 2
-and 3 must resume or skip each fit (metrics.json's "chain" says which), never train from
-step 0 again.
+and 3 must resume or skip each fit (metrics.json's "chain"), never train from step 0 again.
 """
 from __future__ import annotations
 
@@ -136,10 +135,9 @@ def run_version(built: Path, slug: str, version: Version, bench: Bench, cap: int
         env["KAGGLE_IS_COMPETITION_RERUN"] = "True"
     started = time.monotonic()
     try:  # TMPDIR short: AF_UNIX socket paths stop at 108 bytes
-        done = subprocess.run(
-            [sys.executable, "-m", "papermill", str(built), str(working / built.name),
-             "-k", "kaggle-image", "--cwd", str(working), "--no-progress-bar"],
-            env=env, capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-m", "papermill", str(built), str(working / built.name), "-k",
+                               "kaggle-image", "--cwd", str(working), "--no-progress-bar"],
+                              env=env, capture_output=True, text=True)
     finally:
         shutil.rmtree(env["TMPDIR"], ignore_errors=True)
     seconds = time.monotonic() - started
@@ -183,9 +181,8 @@ def verdict(version: int, chain: dict, previous: dict | None = None) -> tuple[bo
 
 
 def _left_pending(label: str, earlier: dict) -> bool:
-    """Was ``label`` left for this version: pending itself, or a unit inside a pending fold (a
-    fold's own models: ``cache:trees-fold2-seed0`` or ``cache:lstm-forecast-fold2`` inside
-    ``cache:gnn-fold2`` / ``cache:forecast-fold2``, named by the fold they belong to) that no
+    """Was ``label`` left for this version: pending itself, or a unit of a pending fold (its
+    models, named by their fold: ``cache:trees-fold2-seed0`` of ``cache:gnn-fold2``) that no
     earlier version reached? Anything an earlier version recorded otherwise was finished there."""
     if label in earlier:
         return earlier[label] == "pending"
@@ -281,8 +278,7 @@ def prepare(work: Path, names: list[str], jobs: int = 1, data: Path | None = Non
     if data is not None and not Path(data).is_dir():
         raise FileNotFoundError(f"DATA={data} is not a folder (make data NB=<name> downloads one)")
     from .kernelenv import kernel_python
-    from .publish import build as build_mod
-    from .publish import metadata, wheels
+    from .publish import build as build_mod, metadata, wheels
     python = kernel_python()
     jupyter = _kernelspec(work / "jupyter", python)
     kit_wheel, _ = build_mod.build_wheel(work / "build" / "_wheel")
@@ -295,8 +291,7 @@ def prepare(work: Path, names: list[str], jobs: int = 1, data: Path | None = Non
 
 def run_notebook(name: str, bench: Bench, cap: int = CAP) -> list[Outcome]:
     """``name`` built exactly as ``make push`` builds it, then its three versions."""
-    from .publish import build as build_mod
-    from .publish import metadata
+    from .publish import build as build_mod, metadata
     meta = metadata.load(Path("kernel-metadata") / f"{name}.json")
     with _BUILDING:  # one build at a time: they share the build folder and git's index
         built = build_mod.build(name, out_root=bench.work / "build", wheel=bench.kit_wheel, owner=OWNER,

@@ -7,8 +7,7 @@ import torch
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import datasets, launcher, models
-from kagglekit import loaders as data
+from kagglekit import datasets, launcher, loaders as data, models
 
 
 def train(ckpt: str, sleep: float) -> dict:

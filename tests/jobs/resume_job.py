@@ -9,8 +9,7 @@ import sys
 import torch
 
 import kagglekit as kk
-from kagglekit import datasets, models
-from kagglekit import loaders as data
+from kagglekit import datasets, loaders as data, models
 
 
 def main() -> None:

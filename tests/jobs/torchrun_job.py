@@ -14,8 +14,7 @@ import torch
 from torch.nn import functional as F
 
 import kagglekit as kk
-from kagglekit import datasets, models
-from kagglekit import loaders as data
+from kagglekit import datasets, loaders as data, models
 
 
 def train(ckpt: str, out: str, steps: int, per_gpu_batch: int, sleep: float) -> None:

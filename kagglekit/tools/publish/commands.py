@@ -11,8 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import build as build_mod
-from . import credentials, kaggle_cli, metadata, wheels
+from . import build as build_mod, credentials, kaggle_cli, metadata, wheels
 from .build import build, build_root
 
 METADATA_DIR = Path("kernel-metadata")

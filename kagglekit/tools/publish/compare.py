@@ -12,8 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import comparison as report
-from . import metadata
+from . import comparison as report, metadata
 
 
 def _local_runs(folder: Path) -> list[dict]:
