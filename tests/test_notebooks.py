@@ -445,11 +445,16 @@ def test_gpu_utilization_measures_each_strategy_and_says_what_it_skipped(tmp_pat
     pool = m["pool"]["process_pool"]  # sized by a measured cycle, never past the cores less one
     import os
     assert 1 <= pool["workers"] <= max(1, len(os.sched_getaffinity(0)) - 1) and "needs" in pool["why"]
-    # Real memory (RSS on CPU): 60 results of 64 x 256 floats held = 3.9 MB, at most 20 (1.3 MB)
-    # with savepoints, some of it reusing what earlier runs freed.
+    # Real memory (RSS on CPU): 60 results of 256 x 256 floats held = 15.7 MB, at most 20 (5.2 MB)
+    # with savepoints. The smoke run's results are 256 KB each so that what they hold dwarfs the
+    # megabyte or so the process allocates besides (the first torch.save, the pool's threads):
+    # at 64 rows the two were alike and the ratio below failed now and then.
     peaks = m["memory_peak_mb"]
-    assert peaks["without savepoints"] > 2.0
-    assert peaks["savepoints every 20"] < 0.6 * peaks["without savepoints"]
+    held = 60 * 256 * 256 * 4 / 2**20  # MB of every result; savepoints keep a third at most
+    assert peaks["without savepoints"] > 0.9 * held
+    # What the process allocates besides varies from run to run (4 to 15 MB measured) and is the
+    # same in both runs: the difference is what the savepoints freed (measured 9.5 to 18 MB).
+    assert peaks["without savepoints"] - peaks["savepoints every 20"] > 0.5 * (held - held / 3)
     assert m["memory_unit"] == ("CUDA allocated" if torch.cuda.is_available() else "resident (RSS)")
     eager, graphed = m["fit_cuda_graphs"]
     assert eager["cuda_graphs"] == "off" and eager["steps_per_s"] > 0
