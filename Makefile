@@ -68,7 +68,7 @@ $(SANDBOX_PACKAGES): sandbox/kaggle-image.txt
 $(SANDBOX_STAMP): $(SANDBOX_PACKAGES) $(STAMP)
 	$(PY) -c "from kagglekit.tools.kernelenv import kernel_python; kernel_python()"
 
-## test: the whole suite on CPU, the sandbox's seven notebooks included (GPU tests are skipped without a GPU; TEST_JOBS=2 workers)
+## test: the whole suite on CPU, the sandbox's eight notebooks included (GPU tests are skipped without a GPU; TEST_JOBS=2 workers)
 # Two xdist workers, the longest tests first (tests/conftest.py); --maxschedchunk 1 hands
 # each worker its next test only when it needs one, so neither idles at the end. One
 # thread per process: with two workers on two cores, OpenMP threads spin-waiting for a
@@ -136,6 +136,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/gnn_switches.py
 	$(PY) benchmarks/ddp_step.py
 	$(PY) benchmarks/patch_loader.py
+	$(PY) benchmarks/text_finetune.py
 	$(PY) benchmarks/gpu_figures.py
 
 ## lint: ruff (pyproject.toml's rules) over the kit, tests, benchmarks and notebooks; notebooks committed clean

@@ -15,14 +15,14 @@ __version__ = "0.1.0"
 _PARTS = {
     "machine": ["env", "gpus", "forksafe", "precision", "budget", "inputs", "display", "signals"],
     "parallel": ["ranks", "forked", "launcher", "ranklog", "loaders", "batches"],
-    "state": ["atomic", "rng", "space", "identity", "cache", "snapshot", "checkpoint"],
+    "state": ["atomic", "rng", "space", "identity", "cache", "snapshot", "checkpoint", "carry"],
     "readers": ["tiff", "volumecache", "volumes", "graphsets", "timeseries", "windows", "tables", "datasets",
-                "graph"],
+                "graph", "textsets", "pretrained"],
     "loop": ["train", "epochs", "step", "fitoptions", "fitstate", "durable", "accel", "cudagraph", "guards",
              "progress", "monitor", "memory", "schedule"],
     "run": ["context", "params", "plots", "metrics", "evaluate", "submission", "folds", "oofio", "blend"],
     "search": ["tune", "sizing", "studyreport", "studystore", "boosting"],
-    "tasks": ["segment3d", "models", "cycles"],
+    "tasks": ["segment3d", "models", "cycles", "text"],
 }
 _SUBMODULES = {name: f"{part}.{name}" for part, names in _PARTS.items() for name in names}
 _EXPORTS = {

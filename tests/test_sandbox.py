@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))  # all seven
+NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))  # all eight
 
 pytestmark = [pytest.mark.slow]
 
@@ -36,7 +36,7 @@ def kernel_env():
 
 @pytest.fixture(scope="session")
 def bench(kernel_env, tmp_path_factory):
-    """The kit's wheel and the wheels dataset, built once (per xdist worker) for all seven."""
+    """The kit's wheel and the wheels dataset, built once (per xdist worker) for all eight."""
     from kagglekit.tools import sandbox
     with _in_repo():
         # two at a time, as `make test`'s two workers run them: each kernel its share of the cores
@@ -62,7 +62,7 @@ def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_o
     from kagglekit.tools import sandbox
     with _in_repo():
         outcomes = sandbox.run_notebook(notebook, bench)
-    versions = [1, 2, 3] + (["rerun"] if notebook == "segmentation_3d" else [])
+    versions = [1, 2, 3] + (["rerun"] if notebook in ("segmentation_3d", "text_classification") else [])
     assert [(o.version, o.ok) for o in outcomes] == [(v, True) for v in versions], \
         [o.verdict for o in outcomes]
     for version in (2, 3):  # the GNN's version 2 trains the folds version 1 left (checked below)
@@ -70,6 +70,8 @@ def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_o
         _check_a_later_version(notebook, bench.work / notebook / f"v{version}" / "working", folds_left)
     if notebook == "segmentation_3d":
         _check_the_scoring_rerun(bench.work / notebook)
+    if notebook == "text_classification":
+        _check_the_text_rerun(bench.work / notebook)
     if notebook == "gnn_node_classification":
         _check_the_folds_across_versions(bench.work / notebook)
 
@@ -87,6 +89,23 @@ def _check_the_folds_across_versions(runs: Path) -> None:
     assert [cv[2]["chain"][f"cache:gnn-fold{k}"] for k in range(4)] == ["hit", "hit", "computed", "computed"]
     assert cv[2]["cv_gnn"]["pending"] == [] and (runs / "v2" / "working" / "oof.parquet").exists()
     assert {cv[3]["chain"][f"cache:gnn-fold{k}"] for k in range(4)} == {"hit"}
+
+
+def _check_the_text_rerun(runs: Path) -> None:
+    """The transformer's scoring rerun: the attached stand-in model found under models/, every
+    fold's adapters loaded, nothing trained (no fit, no fold computed), every hidden test row
+    (twice the public test set's) in a submission of the sample's columns."""
+    import pandas as pd
+    working = runs / "rerun" / "working"
+    metrics = json.loads((working / "metrics.json").read_text())
+    assert "fit" not in metrics and not any(v == "computed" for v in metrics.get("chain", {}).values())
+    assert "/input/models/" in metrics["model"]["path"]
+    submission = pd.read_csv(working / "submission.csv")
+    hidden = pd.read_csv(next((runs / "rerun" / "input" / "competitions").rglob("test.csv")))
+    assert list(submission.columns) == ["row_id", "rule_violation"] and len(submission) == len(hidden) == 192
+    assert submission["rule_violation"].between(0, 1).all() and submission["rule_violation"].nunique() > 1
+    public = json.loads((runs / "v1" / "working" / "metrics.json").read_text())
+    assert public["cv_text"]["folds"] == 5 and public["checkpoint"]["bytes"] > 0
 
 
 def _check_the_scoring_rerun(runs: Path) -> None:

@@ -41,8 +41,9 @@ class RolledBack(Exception):
 
 class Durable:
     def __init__(self, parts: Parts, checkpoints: CheckpointManager | None, *,
-                 config: dict | None = None, early_stopping=None):
+                 config: dict | None = None, early_stopping=None, save_frozen: bool = True):
         self.parts, self.checkpoints = parts, checkpoints
+        self.save_frozen = save_frozen
         self.config = config or {}
         self.early_stopping = early_stopping
         self.resumed_from = self.last_checkpoint = self.extended = None
@@ -60,7 +61,8 @@ class Durable:
         if self.early_stopping is not None:
             extra["early_stopping"] = self.early_stopping.state_dict()
         p = self.parts
-        return snapshot(p.model, p.optimizer, p.scheduler, p.amp.scaler, **extra)
+        return snapshot(p.model, p.optimizer, p.scheduler, p.amp.scaler, frozen=self.save_frozen,
+                        **extra)
 
     # ---- saving ----------------------------------------------------------
     def due(self, save_every_min: float | None) -> bool:

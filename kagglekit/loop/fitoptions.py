@@ -52,6 +52,7 @@ class Durability:
     resume: bool | None
     time_budget: object
     config: dict | None
+    save_frozen: bool
 
     def resolved(self, run) -> Durability:
         """Every None the run decides, decided (explicit values win)."""

@@ -44,7 +44,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
         accumulate: int = 1, clip_grad_norm: float | None = None, oom_backoff: bool = True,
         min_batch: int = 1,
         checkpoints=None, save_every_min: float | None = 20.0, resume: bool | None = None,
-        time_budget=None, config: dict | None = None,
+        time_budget=None, config: dict | None = None, save_frozen: bool = True,
         early_stopping: EarlyStopping | None = None, on_step_end: Callable | None = None,
         on_epoch_end: Callable | None = None, max_steps: int | None = None,
         limit_batches: int | None = None, progress: bool = True, profile_every: int = 25,
@@ -90,6 +90,9 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
         time_budget: seconds or a Budget; None: the run's, else Kaggle's session limit on
             Kaggle. The loop stops with a checkpoint first.
         config: in every checkpoint's sidecar and the run's identity (None: the run's config).
+        save_frozen: False: checkpoints hold only the parameters that train (LoRA adapters, a
+            head) and the buffers; the frozen base comes from the model each run loads, so
+            name the base in ``config`` (``readers.pretrained.base_identity``).
     Watch:
         early_stopping: an ``EarlyStopping``.
         on_step_end / on_epoch_end: ``hook(state: LoopState)``; may call
@@ -124,13 +127,13 @@ def _fit(model, optimizer, train_loader, loss_fn, run, epochs, val_loader, evalu
          scheduler_interval, device, speed, durability, watch) -> FitResult:
     started = time.monotonic()
     amp = precision_mod.Amp(_precision(speed, run, device))
-    if any(t.device != device for t in itertools.chain(model.parameters(), model.buffers())):
+    if not _spread(model) and any(t.device != device for t in itertools.chain(model.parameters(), model.buffers())):
         model.to(device)  # a walk over every tensor: skipped when all are there (each fit of a search)
     trained = ranks.wrap(model, device, run.place.strategy if run is not None else "single")
     graphs = cudagraph.for_fit(trained, speed.cuda_graphs, device)
     parts = Parts(trained, optimizer, scheduler, amp, device)
     keeper = Durable(parts, durability.checkpoints, config=durability.config,
-                     early_stopping=watch.early_stopping)
+                     early_stopping=watch.early_stopping, save_frozen=durability.save_frozen)
     stepper = Stepper(parts, loss_fn, accel.Compiled(trained, speed.compile), graphs,
                       clip_grad_norm=speed.clip_grad_norm, oom_backoff=speed.oom_backoff,
                       min_batch=speed.min_batch)
@@ -172,6 +175,13 @@ def _fit(model, optimizer, train_loader, loss_fn, run, epochs, val_loader, evalu
                      breakdown=loop.timer.summary(), gpu=sampler.summary(),
                      gpu_samples=sampler.samples, session=run.session if run else "",
                      extended=keeper.extended)
+
+
+def _spread(model) -> bool:
+    """Layers placed on several devices (transformers' ``device_map``, a model too big for one
+    GPU): left where they are, the batch goes to ``device`` (the first layer's)."""
+    placed = getattr(ranks.unwrap(model), "hf_device_map", None) or {}
+    return len(set(placed.values())) > 1
 
 
 @contextlib.contextmanager

@@ -43,6 +43,54 @@ class ResumableSampler(DistributedSampler):
         return self.num_samples - self.skip
 
 
+class LengthGroupedSampler(ResumableSampler):
+    """A ResumableSampler whose batches hold samples of similar length (``lengths``), so that
+    padding each batch to its longest sample (dynamic padding) pads little.
+
+    The epoch's permutation (seed + epoch, as torch's) is cut into groups of ``group`` global
+    batches; each group is sorted by length and cut into global batches (``batch_size`` per
+    rank), and the batches are shuffled, the one holding the longest sample first (an
+    out-of-memory error shows at the first step, not hours in). Rank r of w takes every w-th
+    sample, so each rank's batch is its share of one global batch. Resumes like its parent:
+    the order depends only on seed and epoch, the position skips what was trained.
+    """
+
+    def __init__(self, dataset: Dataset, lengths, batch_size: int, *, group: int = 64,
+                 seed: int = 0, drop_last: bool = False, num_replicas: int | None = None,
+                 rank: int | None = None):
+        super().__init__(dataset, shuffle=True, seed=seed, drop_last=drop_last,
+                         num_replicas=num_replicas, rank=rank)
+        if len(lengths) != len(dataset):
+            raise ValueError(f"{len(lengths)} lengths for {len(dataset)} samples: one per sample")
+        self.lengths, self.batch_size, self.group = list(lengths), batch_size, group
+
+    def global_order(self) -> list[int]:
+        """Every sample of the epoch, in global batches of similar length."""
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(len(self.dataset), generator=g).tolist()
+        size = self.batch_size * self.num_replicas
+        batches = []
+        for start in range(0, len(order), size * self.group):
+            chunk = sorted(order[start:start + size * self.group], key=self.lengths.__getitem__,
+                           reverse=True)
+            batches += [chunk[i:i + size] for i in range(0, len(chunk), size)]
+        tail = [batches.pop()] if len(batches[-1]) < size else []  # last: batches stay aligned
+        longest = max(range(len(batches)), key=lambda i: self.lengths[batches[i][0]]) if batches else None
+        rest = [batches[i] for i in torch.randperm(len(batches), generator=g).tolist() if i != longest]
+        first = [batches[longest]] if batches else []
+        return [i for batch in [*first, *rest, *tail] for i in batch]
+
+    def __iter__(self):
+        order = self.global_order()
+        if self.drop_last:
+            order = order[:self.total_size]
+        else:  # padded with repeats to a multiple of the world size, as torch's sampler pads
+            order += (order * (1 + self.total_size // max(len(order), 1)))[:self.total_size - len(order)]
+        mine = order[self.rank:self.total_size:self.num_replicas]
+        skip, self.skip = self.skip, 0
+        return iter(mine[skip:])
+
+
 def workers_per_process(processes: int = 1, cpus: int | None = None) -> int:
     """Loader workers per training process, leaving one CPU for the main thread.
 
@@ -86,7 +134,8 @@ def next_batch(batches, loader):
 def make_loader(dataset: Dataset, batch_size: int, *, train: bool = True, seed: int = 0,
                 device: torch.device | str = "cpu", num_workers: int | None = None,
                 drop_last: bool | None = None, collate_fn=None, prefetch_factor: int = 4,
-                processes: int | None = None, timeout_s: float = WORKER_TIMEOUT_S) -> DataLoader:
+                processes: int | None = None, timeout_s: float = WORKER_TIMEOUT_S,
+                lengths=None) -> DataLoader:
     """A DataLoader tuned for this machine.
 
     Args:
@@ -97,6 +146,8 @@ def make_loader(dataset: Dataset, batch_size: int, *, train: bool = True, seed: 
             from the CPU count and the number of processes.
         processes: training processes on this machine (default: the world size).
         timeout_s: seconds a worker may take for one batch before it counts as stalled.
+        lengths: each sample's length (tokens): training batches of similar lengths
+            (``LengthGroupedSampler``), for a ``collate_fn`` that pads to the longest.
     """
     world = ranks.world_size()
     if num_workers is None and os.environ.get("NUM_WORKERS", "").strip():
@@ -106,7 +157,10 @@ def make_loader(dataset: Dataset, batch_size: int, *, train: bool = True, seed: 
     drop_last = train if drop_last is None else drop_last
     if drop_last and len(dataset) < batch_size * world:
         drop_last = False  # dropping the only (partial) batch would leave nothing to train on
-    sampler = ResumableSampler(dataset, shuffle=train, seed=seed, drop_last=drop_last)
+    if lengths is not None and train:
+        sampler = LengthGroupedSampler(dataset, lengths, batch_size, seed=seed, drop_last=drop_last)
+    else:
+        sampler = ResumableSampler(dataset, shuffle=train, seed=seed, drop_last=drop_last)
     # A dedicated generator keeps worker seeding off the global RNG, so a resumed
     # run draws exactly the random numbers the uninterrupted one drew.
     generator = torch.Generator().manual_seed(seed)

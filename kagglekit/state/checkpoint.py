@@ -33,7 +33,7 @@ from ..parallel import ranks
 from . import atomic, space
 from .cache import fingerprint
 from .identity import DEFAULT_RUN_CONTROL, Identity
-from .snapshot import restore, snapshot, unwrap  # noqa: F401 (kk.checkpoint.snapshot)
+from .snapshot import load_model_state, restore, snapshot, unwrap  # noqa: F401 (kk.checkpoint.snapshot)
 
 _STEP_FILE = re.compile(r"^step-(\d{8,})(-[a-z0-9]+)?\.json$")  # -r1: a rank's own save
 
@@ -269,7 +269,8 @@ class CheckpointManager:
         found = self.best() or next(iter(self.candidates()), None)
         if found is None:
             raise FileNotFoundError(f"no checkpoint under {self.directory} to restore")
-        unwrap(model).load_state_dict(load(found)["model"])
+        state = load(found)
+        load_model_state(model, state["model"], state.get("model_part", "all"))
         return found
 
     def load_latest(self, map_location="cpu") -> tuple[Found, dict] | None:

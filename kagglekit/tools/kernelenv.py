@@ -16,6 +16,10 @@ import sys
 from pathlib import Path
 
 IMAGE = Path("sandbox/kaggle-image.txt")
+# Packages that declare torch as a dependency: pip would install a torch of its own choosing
+# (CUDA wheels) before the project's is linked in. Installed --no-deps, after the rest: their
+# other dependencies are pinned in the image list.
+NEED_TORCH = {"peft", "accelerate"}
 VENV = Path(".sandbox/venv")
 
 
@@ -31,11 +35,13 @@ def install_packages(image: Path = IMAGE, venv: Path = VENV) -> Path:
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", str(venv)], check=True)
     _, packages = _split_torch(image)
+    later = [p for p in packages if _name(p) in NEED_TORCH]
     # --no-compile: the kernels write bytecode at first import (halves the install time)
-    done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-compile",
-                           "--disable-pip-version-check", *packages], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"pip could not install {image} into {venv}:\n{done.stderr[-3000:]}")
+    for part, flags in (([p for p in packages if p not in later], []), (later, ["--no-deps"])):
+        done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-compile",
+                               "--disable-pip-version-check", *flags, *part], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"pip could not install {image} into {venv}:\n{done.stderr[-3000:]}")
     stamp.write_text(wanted)
     return python
 
@@ -74,6 +80,10 @@ def _finish(image: Path, venv: Path, python: Path, stamp: Path, wanted: str) -> 
     if lacking != "[]":
         raise RuntimeError(f"the sandbox kernel environment must not have {lacking}")
     stamp.write_text(wanted)
+
+
+def _name(requirement: str) -> str:
+    return requirement.split("==")[0].strip().lower().replace("_", "-")
 
 
 def _split_torch(image: Path) -> tuple[str, list[str]]:

@@ -213,31 +213,14 @@ def rerun_verdict(metrics: dict, root: Path) -> tuple[bool, str]:
         return False, f"FAILED: the scoring rerun read other volumes: {sorted(decoded - test_ids)[:4]}"
     if not (root / "working" / "submission.zip").exists() and not (root / "working" / "submission.csv").exists():
         return False, "FAILED: the scoring rerun wrote no submission"
-    return True, (f"ok (scoring rerun: {len(test_ids)} hidden test ids predicted, nothing trained, "
-                  f"{len(decoded)} volumes decoded, all of them test volumes)")
+    predicted = len(test_ids) or metrics.get("submission", {}).get("rows", 0)
+    volumes = f", {len(decoded)} volumes decoded, all of them test volumes" if decoded else ""
+    return True, f"ok (scoring rerun: {predicted} hidden test rows predicted, nothing trained{volumes})"
 
 
 def _sources(meta: dict, bench: Bench, hidden: bool = False) -> dict:
-    """The kernel's competition and dataset sources, mounted as Kaggle mounts them: the
-    competitor's own copy (``DATA=``) for the first, else the stand-in of its layout."""
-    from .standins import make
-    sources = {}
-    for competition in meta.get("competition_sources", []):
-        target = f"competitions/{competition}"
-        if bench.data is not None:
-            sources[target] = (bench.data, True)
-        else:
-            variant = "hidden" if hidden else "public"
-            sources[target] = (make(competition, bench.work / "competitions" / variant / competition,
-                                    hidden), False)
-    datasets = [d for d in meta.get("dataset_sources", []) if not d.endswith("/kagglekit-wheels")]
-    for dataset in datasets:
-        target = f"datasets/{dataset}"
-        if bench.data is not None and not meta.get("competition_sources") and dataset == datasets[0]:
-            sources[target] = (bench.data, True)
-        else:
-            sources[target] = (make(dataset, bench.work / "datasets" / dataset), False)
-    return sources
+    from .standins import mounts
+    return mounts(meta, bench.work, bench.data, hidden)
 
 
 def _versions(name: str, meta: dict, notebook: Path, bench: Bench, cap: int) -> list[Outcome]:

@@ -170,9 +170,73 @@ def store_sales(folder: Path, hidden: bool = False, stores: int = 3, days: int =
     return folder
 
 
+def community_rules(folder: Path, hidden: bool = False, rows: int = 480, test: int = 96) -> Path:
+    """Jigsaw - Agile Community Rules Classification (code competition
+    ``jigsaw-agile-community-rules``, 2025) as it ships, each part a documented property of the
+    real files:
+
+    - ``train.csv``: ``row_id,body,rule,subreddit,positive_example_1,positive_example_2,
+      negative_example_1,negative_example_2,rule_violation``: Reddit comments (``body``), the
+      rule each is judged against, example comments, the 0/1 label; ids start at 0, not 1;
+    - ``test.csv``: the same without ``rule_violation``; the scoring rerun's hidden test set is
+      larger than the public one (the notebook's test rows are never fixed);
+    - ``sample_submission.csv``: ``row_id,rule_violation`` with fractional values: the metric
+      is a column-averaged AUC, so the submission holds probabilities, not labels.
+
+    The comments are the built-in texts (``readers.textsets``), whose label is word order.
+    """
+    import pandas as pd
+
+    from ..readers.textsets import texts
+    # the rerun's train.csv is the public one; only the test rows differ (twice as many)
+    made = texts(rows, seed=3) + (texts(2 * test, seed=7) if hidden else texts(test, seed=5))
+    test = len(made) - rows
+    frame = pd.DataFrame({"row_id": np.arange(rows + test), "body": [t for t, _ in made],
+                          "rule": "No Advertising: spam, referral links and promotions are not allowed",
+                          "subreddit": ["legaladvice" if i % 2 else "AskReddit" for i in range(rows + test)],
+                          "rule_violation": [y for _, y in made]})
+    for i, kind in ((1, "positive"), (2, "positive"), (1, "negative"), (2, "negative")):
+        frame[f"{kind}_example_{i}"] = [t for t, _ in texts(rows + test, seed=20 + i + (kind == "negative"))]
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    frame.iloc[:rows].to_csv(folder / "train.csv", index=False)
+    frame.iloc[rows:].drop(columns="rule_violation").to_csv(folder / "test.csv", index=False)
+    pd.DataFrame({"row_id": frame["row_id"].iloc[rows:], "rule_violation": 0.5}).to_csv(
+        folder / "sample_submission.csv", index=False)
+    return folder
+
+
 # Stand-ins by the source a kernel attaches: a competition's slug or a dataset's owner/slug.
 STAND_INS = {"vesuvius-challenge-surface-detection": vesuvius, "ellipticco/elliptic-data-set": elliptic,
-             "store-sales-time-series-forecasting": store_sales}
+             "store-sales-time-series-forecasting": store_sales,
+             "jigsaw-agile-community-rules": community_rules}
+
+
+def mounts(meta: dict, work: Path, data: Path | None = None, hidden: bool = False) -> dict:
+    """``{target under the inputs: (folder, link)}``: the kernel's competition, dataset and
+    model sources mounted as Kaggle mounts them: the competitor's own copy (``data``) for the
+    first, else the stand-in of its layout; a Kaggle Model (``owner/model/framework/variation/N``)
+    as a small model of a real architecture with random weights (``readers.textsets``)."""
+    sources = {}
+    for competition in meta.get("competition_sources", []):
+        target = f"competitions/{competition}"
+        if data is not None:
+            sources[target] = (data, True)
+        else:
+            variant = "hidden" if hidden else "public"
+            sources[target] = (make(competition, work / "competitions" / variant / competition, hidden), False)
+    datasets = [d for d in meta.get("dataset_sources", []) if not d.endswith("/kagglekit-wheels")]
+    for dataset in datasets:
+        target = f"datasets/{dataset}"
+        if data is not None and not meta.get("competition_sources") and dataset == datasets[0]:
+            sources[target] = (data, True)
+        else:
+            sources[target] = (make(dataset, work / "datasets" / dataset), False)
+    for handle in meta.get("model_sources", []):
+        from ..readers.textsets import write_standin_model
+        arch = "llama" if any(k in handle.lower() for k in ("llama", "qwen", "gemma", "mistral")) else "bert"
+        sources[f"models/{handle}"] = (write_standin_model(work / "models", arch), False)
+    return sources
 
 
 def make(source: str, folder: Path, hidden: bool = False) -> Path:

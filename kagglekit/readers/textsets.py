@@ -1,0 +1,243 @@
+"""Built-in text data and stand-in pretrained models, in the layouts Kaggle ships them.
+
+``write_competition``: a text-classification competition folder as Kaggle's text competitions
+ship one: ``train.csv`` (id, text, label, and an extra column the model must not read),
+``test.csv`` (id, text), ``sample_submission.csv`` (id and the label column, or one probability
+column per class). Its quirks, each from real competitions: ids are strings, not row numbers;
+labels are words; texts vary in length fivefold (the padding that length-grouped batches save);
+a few texts carry punctuation and upper case.
+
+The task depends on word order: each text tells of a bad and a good event (``storm`` ... ``calm``)
+among filler words, and the label says which came last (``ends_well`` when the good one did).
+Both orders hold the same words, so a bag of words (TF-IDF with bigrams: the events are never
+adjacent) stays near chance, while a transformer, which sees positions, learns it from scratch.
+
+``write_standin_model``: a small model of a real architecture (BERT, Llama) created from its
+config with random weights, and a tokenizer trained on the built-in texts with ``tokenizers``,
+saved as ``save_pretrained`` writes a Kaggle Model's files (``config.json``,
+``model.safetensors``, ``tokenizer.json``), under ``<root>/<model>/transformers/<variation>/1``
+(Kaggle Models' ``<model>/<framework>/<variation>/<version>``). Only this module and
+``tasks.text`` import transformers: the other notebooks never pay for it.
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+EVENTS = (("storm", "calm"), ("loss", "win"), ("fever", "recovery"), ("drought", "harvest"))
+LABELS = ("ends_badly", "ends_well")
+_SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "de", "pa", "go", "fu")
+
+
+def _filler(rng: random.Random, words: int = 240) -> list[str]:
+    out = sorted({a + b + c for a in _SYLLABLES for b in _SYLLABLES for c in _SYLLABLES})
+    return rng.sample(out, words)
+
+
+def texts(n: int, seed: int = 0, min_words: int = 6, max_words: int = 30) -> list[tuple[str, int]]:
+    """``n`` (text, label) pairs; label 1 (``ends_well``) when the good event comes last."""
+    rng = random.Random(seed)
+    filler = _filler(random.Random(12345))  # the same vocabulary for every seed
+    rows = []
+    for _ in range(n):
+        words = rng.choices(filler, k=rng.randint(min_words, max_words))
+        bad, good = rng.choice(EVENTS)
+        first, second = sorted(rng.sample(range(len(words) + 2), 2))
+        if second - first < 2:  # never adjacent: no bigram holds the order
+            second = min(first + 2 + rng.randint(0, 3), len(words) + 1)
+            first = second - 2 - rng.randint(0, min(3, second - 2))
+        label = rng.randint(0, 1)
+        words.insert(first, good if label == 0 else bad)
+        words.insert(second, bad if label == 0 else good)
+        text = " ".join(words)
+        if rng.random() < 0.05:  # a few texts as people write them
+            text = text.capitalize() + rng.choice(["!", ".", "?!"])
+        rows.append((text, label))
+    return rows
+
+
+def write_competition(folder: Path | str, train: int = 1600, test: int = 400, seed: int = 0,
+                      probabilities: bool = False) -> Path:
+    """The competition folder (see the module's docstring), written whole or not at all (once);
+    ``probabilities``: the sample submission has one probability column per class instead of a
+    label column. ``solution.csv`` (id, label, Usage) is what Kaggle publishes once a
+    competition ends: the test accuracy, for the built-in task only."""
+    import pandas as pd
+    folder = Path(folder)
+    if (folder / "sample_submission.csv").exists():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=folder.parent))
+    rows = texts(train + test, seed)
+    ids = [f"t{seed:02d}{i:05d}" for i in range(len(rows))]
+    frame = pd.DataFrame({"id": ids, "text": [t for t, _ in rows],
+                          "label": [LABELS[y] for _, y in rows],
+                          "source": ["forum" if i % 3 else "review" for i in range(len(rows))]})
+    frame.iloc[:train].to_csv(partial / "train.csv", index=False)
+    frame.iloc[train:][["id", "text"]].to_csv(partial / "test.csv", index=False)
+    solution = frame.iloc[train:][["id", "label"]].copy()
+    solution["Usage"] = ["Public" if i % 2 else "Private" for i in range(len(solution))]
+    solution.to_csv(partial / "solution.csv", index=False)
+    sample = frame.iloc[train:][["id"]].copy()
+    for name in (LABELS if probabilities else ["label"]):
+        sample[name] = 0.5 if probabilities else LABELS[0]
+    sample.to_csv(partial / "sample_submission.csv", index=False)
+    try:
+        os.replace(partial, folder)
+    except OSError:  # written by another process meanwhile
+        shutil.rmtree(partial, ignore_errors=True)
+    return folder
+
+
+class TextDataError(ValueError):
+    """A competition folder that does not hold what the parameters name."""
+
+
+@dataclass
+class TextCompetition:
+    """A text competition's files, read: the tables, the id column, the classes (sorted; their
+    index is the label the model learns), and whether the sample wants a label or probabilities."""
+    folder: Path
+    train: object  # DataFrame
+    test: object
+    sample: Path
+    id_column: str
+    target: str
+    classes: list
+    labels: object  # np.ndarray of class indices, one per train row
+    wants: str  # "label", "probability" (of the second class, a binary target) or "probabilities"
+
+    def submission(self, probs):
+        """The submission in the sample's columns: the class (as the data names it) of the
+        highest probability, the second class's probability (a binary target whose sample holds
+        fractions), or one probability column per class."""
+        import pandas as pd
+        frame = pd.DataFrame({self.id_column: self.test[self.id_column].to_numpy()})
+        if self.wants == "label":
+            frame[self.target] = [self.classes[i] for i in probs.argmax(1)]
+        elif self.wants == "probability":
+            frame[self.target] = probs[:, 1]
+        else:
+            for i, name in enumerate(self.classes):
+                frame[str(name)] = probs[:, i]
+        return frame
+
+
+def _table(folder: Path, name: str):
+    import pandas as pd
+    found = sorted(folder.rglob(name), key=lambda p: len(p.parts))
+    if not found:
+        raise TextDataError(f"{folder} holds no {name}: a text competition's folder has train.csv, "
+                            "test.csv and sample_submission.csv")
+    return pd.read_csv(found[0]), found[0]
+
+
+def read_competition(folder: Path | str, text_column: str, target_column: str) -> TextCompetition:
+    """``train.csv`` / ``test.csv`` / ``sample_submission.csv`` anywhere under ``folder``; a
+    missing column is named with the columns there are; empty texts become ""."""
+    import numpy as np
+    folder = Path(folder)
+    (train, _), (test, _), (sample, sample_path) = (_table(folder, n) for n in
+                                                    ("train.csv", "test.csv", "sample_submission.csv"))
+    for name, frame, wanted in (("train.csv", train, [text_column, target_column]),
+                                ("test.csv", test, [text_column])):
+        missing = [c for c in wanted if c not in frame.columns]
+        if missing:
+            raise TextDataError(f"{name} has no column {missing[0]!r} (text_column / target_column); "
+                                f"its columns: {', '.join(map(str, frame.columns[:12]))}")
+    id_column = str(sample.columns[0])  # the competition's key, as the sample names it
+    if id_column not in test.columns:
+        raise TextDataError(f"sample_submission.csv's first column {id_column!r} is not in test.csv")
+    train[text_column] = train[text_column].fillna("").astype(str)
+    test[text_column] = test[text_column].fillna("").astype(str)
+    classes, labels = np.unique(train[target_column].to_numpy(), return_inverse=True)
+    classes = classes.tolist()
+    if target_column in sample.columns and sample[target_column].dtype.kind == "f" and len(classes) == 2:
+        wants = "probability"  # a binary target scored by AUC or log loss: the positive class's
+    elif target_column in sample.columns:
+        wants = "label"
+    elif all(str(c) in sample.columns for c in classes):
+        wants = "probabilities"
+    else:
+        raise TextDataError(f"sample_submission.csv has neither a {target_column!r} column nor one "
+                            f"column per class ({', '.join(map(str, classes[:6]))}): its columns "
+                            f"{', '.join(map(str, sample.columns))}")
+    return TextCompetition(folder, train, test, sample_path, id_column, target_column, classes,
+                           labels, wants)
+
+
+def _tokenizer(corpus: list[str], arch: str):
+    """A word-level tokenizer trained on ``corpus`` with the special tokens ``arch`` uses."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+    specials = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] if arch == "bert"
+                else ["<pad>", "<unk>", "<s>", "</s>"])
+    tok = Tokenizer(models.WordLevel(unk_token=specials[1]))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=specials))
+    ids = {s: tok.token_to_id(s) for s in specials}
+    if arch == "bert":
+        tok.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])])
+        return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]",
+                                       cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", ids["<s>"])])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>",
+                                   bos_token="<s>", eos_token="</s>")
+
+
+def _config(arch: str, vocab: int, pad: int, hidden: int, layers: int):
+    from transformers import BertConfig, LlamaConfig
+    if arch == "bert":
+        # no dropout: a model trained from scratch in a few epochs (pretrained BERTs have 0.1)
+        return BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                          num_attention_heads=4, intermediate_size=2 * hidden,
+                          max_position_embeddings=256, pad_token_id=pad, hidden_dropout_prob=0.0,
+                          attention_probs_dropout_prob=0.0)
+    if arch == "llama":
+        return LlamaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                           num_attention_heads=4, num_key_value_heads=2, intermediate_size=2 * hidden,
+                           max_position_embeddings=256, pad_token_id=pad, bos_token_id=2,
+                           eos_token_id=3, tie_word_embeddings=False)
+    raise ValueError(f"stand-in architecture {arch!r}: 'bert' (an encoder) or 'llama' (a decoder)")
+
+
+def write_standin_model(root: Path | str, arch: str = "bert", seed: int = 0, hidden: int = 64,
+                        layers: int = 2, corpus: list[str] | None = None) -> Path:
+    """A stand-in pretrained model in Kaggle Models' layout; returns its version folder.
+    Written once per (arch, size, seed): a later call finds it."""
+    import torch
+    from transformers import AutoModel
+
+    from .pretrained import quiet_transformers
+    quiet_transformers()
+    folder = Path(root) / f"standin-{arch}" / "transformers" / f"h{hidden}-l{layers}-s{seed}" / "2"
+    if (folder / "config.json").exists() and (folder / "tokenizer.json").exists():
+        return folder
+    tokenizer = _tokenizer(corpus or [t for t, _ in texts(4000, seed)], arch)
+    torch.manual_seed(seed)
+    model = AutoModel.from_config(_config(arch, len(tokenizer), tokenizer.pad_token_id, hidden, layers))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=folder.parent))
+    model.save_pretrained(partial)  # config.json, model.safetensors: what a Kaggle Model holds
+    tokenizer.save_pretrained(partial)
+    try:  # whole or not at all: a killed writer leaves no half model for the next run to load
+        os.replace(partial, folder)
+    except OSError:  # another process wrote it first
+        shutil.rmtree(partial, ignore_errors=True)
+    return folder
+
+
+def solution_labels(path: Path | str, data: TextCompetition):
+    """The test texts' class indices from a ``solution.csv`` (id, the target, Usage), in the
+    order of ``data.test``."""
+    import numpy as np
+    import pandas as pd
+    solution = pd.read_csv(path).set_index(data.id_column)[data.target]
+    index = {c: i for i, c in enumerate(data.classes)}
+    return np.array([index[v] for v in solution.loc[data.test[data.id_column]]])

@@ -1,0 +1,175 @@
+"""Fine-tuning a pretrained transformer for text classification: the generic parts.
+
+The notebook (``text_classification``) holds the pipeline; this module what any such pipeline
+repeats, on top of transformers, peft and tokenizers (imported here only):
+
+- ``TokenizedTexts``: token ids per text (no padding), a batch as the dict the model's forward
+  takes; ``collator`` pads each batch to its longest text (to a multiple of 8 for fp16 tensor
+  cores); ``kk.make_loader(..., lengths=texts.lengths)`` groups texts of similar length;
+- ``load_classifier``: the attached model with a classification head, LoRA adapters (peft),
+  the model's own gradient checkpointing, 4-bit weights (bitsandbytes, GPU only) or its
+  layers split over the GPUs (``device_map`` with ``max_memory``);
+- ``predict_proba``: texts sorted by length, batched, in the run's precision, shared by
+  every rank and gathered in the texts' order.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ..parallel import ranks
+from ..parallel.loaders import to_device
+from ..readers.pretrained import quiet_transformers
+from ..run import metrics
+
+
+class TokenizedTexts(Dataset):
+    """Token ids of each text, and its class when known: ``{"input_ids", "labels"}`` items."""
+
+    def __init__(self, tokenizer, texts, max_length: int, labels=None):
+        self.ids = tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
+        self.labels = None if labels is None else [int(v) for v in labels]
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(ids) for ids in self.ids]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict:
+        item = {"input_ids": self.ids[i]}
+        if self.labels is not None:
+            item["labels"] = self.labels[i]
+        return item
+
+    def subset(self, rows) -> TokenizedTexts:
+        """The texts at positions ``rows`` (a fold's), as a dataset of their own."""
+        out = TokenizedTexts.__new__(TokenizedTexts)
+        out.ids = [self.ids[i] for i in rows]
+        out.labels = None if self.labels is None else [self.labels[i] for i in rows]
+        return out
+
+    def truncated(self, max_length: int) -> int:
+        """Texts cut at ``max_length`` tokens."""
+        return sum(n >= max_length for n in self.lengths)
+
+
+def collator(tokenizer):
+    """Pads a list of items to the batch's longest (a multiple of 8), as a plain dict of
+    tensors (what ``fit``, ``to_device`` and the OOM back-off take)."""
+    from transformers import DataCollatorWithPadding
+    pad = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8, return_tensors="pt")
+    return lambda items: dict(pad(items))
+
+
+def pad_share(loader, batches: int | None = None) -> float:
+    """Share of the tokens of ``loader``'s batches that are padding."""
+    pads = tokens = 0
+    for i, batch in enumerate(loader):
+        if batches is not None and i >= batches:
+            break
+        mask = batch["attention_mask"]
+        pads, tokens = pads + int((mask == 0).sum()), tokens + mask.numel()
+    return pads / max(tokens, 1)
+
+
+def refuse(load_in_4bit: bool, placement: str, device: torch.device, gpus: int, processes: int = 0) -> None:
+    """Options the machine cannot honour, refused with the reason before any weight loads."""
+    if load_in_4bit and device.type != "cuda":
+        raise ValueError("load_in_4bit=True needs a CUDA GPU: bitsandbytes' 4-bit kernels run on "
+                         "GPUs only. Set load_in_4bit=False here (CPU), or run on Kaggle's T4s.")
+    if placement not in ("ddp", "split"):
+        raise ValueError(f"placement={placement!r}: 'ddp' (a copy per GPU) or 'split' (the "
+                         "layers over the GPUs, for a model too big for one)")
+    if placement == "split" and gpus < 2:
+        raise ValueError(f"placement='split' spreads the layers over the GPUs; this machine has "
+                         f"{gpus}. Use placement='ddp'.")
+    if placement == "split" and processes != 1:
+        raise ValueError("placement='split' drives every GPU from one process: set processes=1 "
+                         f"(processes={processes} would start one per GPU, each loading the whole model)")
+
+
+def load_tokenizer(model_dir):
+    """The model's tokenizer, with a pad token (decoders ship without one; their head reads
+    the last token that is not padding)."""
+    from transformers import AutoTokenizer
+    quiet_transformers()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    return tokenizer
+
+
+def load_classifier(model_dir, num_labels: int, *, lora_r: int = 0, lora_alpha: int = 0,
+                    lora_dropout: float = 0.05, load_in_4bit: bool = False,
+                    gradient_checkpointing: bool = False, placement: str = "ddp",
+                    max_memory_gb: float = 14.0, device=None):
+    """``(model, tokenizer)``: the attached model with a fresh classification head.
+
+    lora_r: 0 trains every weight; else LoRA adapters of rank ``lora_r`` on every linear
+        layer (peft), the head trained whole. load_in_4bit: the frozen base in 4-bit NF4
+        (QLoRA; GPU only). placement: "ddp" (the model on ``device``, one copy per rank) or
+        "split" (its layers over every GPU with ``max_memory_gb`` each: one process).
+    """
+    from transformers import AutoModelForSequenceClassification
+    tokenizer = load_tokenizer(model_dir)
+    kwargs = {"num_labels": num_labels, "dtype": torch.float32}
+    if load_in_4bit:
+        from transformers import BitsAndBytesConfig
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.float16)  # a T4 has no fast bf16
+    if placement == "split":
+        kwargs["device_map"] = "auto"
+        kwargs["max_memory"] = {i: f"{max_memory_gb}GiB" for i in range(torch.cuda.device_count())}
+    elif load_in_4bit:
+        kwargs["device_map"] = {"": torch.device(device).index or 0}
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, **kwargs)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    if gradient_checkpointing:  # non-reentrant: works under DDP and with frozen inputs
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if load_in_4bit:
+        from peft import prepare_model_for_kbit_training
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
+    if lora_r:
+        from peft import LoraConfig, TaskType, get_peft_model
+        model = get_peft_model(model, LoraConfig(
+            task_type=TaskType.SEQ_CLS, r=lora_r, lora_alpha=lora_alpha or 2 * lora_r,
+            lora_dropout=lora_dropout, target_modules="all-linear"))
+    return model, tokenizer
+
+
+def parameter_counts(model) -> dict:
+    """Parameters that train against all of them."""
+    total = sum(p.numel() for p in model.parameters())
+    trains = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return {"trainable": trains, "total": total, "trainable_share": trains / max(total, 1)}
+
+
+@torch.no_grad()
+def predict_proba(model, texts: TokenizedTexts, collate, batch_size: int, device, autocast=None,
+                  rank: int = 0, world: int = 1, limit_batches: int | None = None) -> np.ndarray:
+    """Class probabilities of every text (float64, in the texts' order) on every rank.
+
+    Texts sorted by length (each batch pads little), rank r of w takes every w-th batch, in
+    ``autocast`` (the run's precision); the ranks' rows gathered by their index."""
+    model.eval()
+    order = np.argsort(texts.lengths, kind="stable")[::-1]
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)][rank::world]
+    batches = batches[:limit_batches]  # the sandbox's work cap (rows beyond stay 0)
+    rows, probs = [], []
+    for idx in batches:
+        batch = to_device(collate([{"input_ids": texts.ids[i]} for i in idx]), device)
+        with autocast or torch.autocast(device.type, enabled=False):
+            logits = model(**batch).logits
+        probs.append(torch.softmax(logits.float(), dim=-1).double())
+        rows.append(torch.as_tensor(idx.copy(), device=device))
+    width = ranks.unwrap(model).config.num_labels
+    p = torch.cat(probs) if probs else torch.zeros((0, width), dtype=torch.float64, device=device)
+    r = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long, device=device)
+    p, r = metrics.gather(p, r)
+    out = np.zeros((len(texts), width))
+    out[r.cpu().numpy()] = p.cpu().numpy()
+    return out

@@ -1,0 +1,216 @@
+"""Fine-tuning a pretrained transformer: the attached model found, batches of similar length,
+checkpoints of what trains only, a SIGKILL mid-epoch resumed bit for bit, and the notebook on an
+encoder and a decoder by ``model_dir`` alone."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import kagglekit as kk
+from kagglekit.readers import pretrained, textsets
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A stand-in BERT and Llama (random weights, tokenizers trained on the built-in texts)."""
+    root = tmp_path_factory.mktemp("models")
+    return {arch: textsets.write_standin_model(root, arch) for arch in ("bert", "llama")}
+
+
+# ---- the attached model ------------------------------------------------------------------------
+def test_the_model_is_found_in_both_kaggle_model_layouts_and_inside_a_dataset(tmp_path, models):
+    import shutil
+    roots = [tmp_path / "input"]
+    new = roots[0] / "models" / "acme" / "tiny-bert" / "transformers" / "default" / "2"
+    shutil.copytree(models["bert"], new)
+    shutil.copytree(models["bert"], roots[0] / "models" / "acme" / "tiny-bert" / "transformers" / "default" / "1")
+    assert pretrained.find_model_dir("acme/tiny-bert/transformers/default/2", roots) == new
+    # the handle without its version: the newest one
+    assert pretrained.find_model_dir("acme/tiny-bert/transformers/default", roots) == new
+    old = tmp_path / "old" / "tiny-llama" / "transformers" / "default" / "1"  # /kaggle/input/<model>/...
+    shutil.copytree(models["llama"], old)
+    assert pretrained.find_model_dir("acme/tiny-llama/transformers/default/1", [tmp_path / "old"]) == old
+    nested = roots[0] / "datasets" / "someone" / "bert-offline" / "bert-offline"  # a dataset, one folder down
+    shutil.copytree(models["bert"], nested)
+    assert pretrained.find_model_dir("someone/bert-offline", roots) == nested
+    with pytest.raises(pretrained.ModelDirError, match="model_sources.*nothing is downloaded"):
+        pretrained.find_model_dir("acme/missing/transformers/default/1", roots)
+
+
+def test_the_base_identity_is_the_same_wherever_it_is_mounted_and_differs_for_another_base(tmp_path, models):
+    import shutil
+    copy = shutil.copytree(models["bert"], tmp_path / "elsewhere")
+    assert pretrained.base_identity(copy) == pretrained.base_identity(models["bert"])
+    other = textsets.write_standin_model(tmp_path / "other", "bert", seed=1)
+    assert pretrained.base_identity(other) != pretrained.base_identity(models["bert"])
+
+
+def test_4bit_and_a_split_model_are_refused_where_the_machine_cannot_do_them():
+    with pytest.raises(ValueError, match="load_in_4bit=True needs a CUDA GPU"):
+        kk.text.refuse(True, "ddp", torch.device("cpu"), 0)
+    with pytest.raises(ValueError, match="this machine has 1"):
+        kk.text.refuse(False, "split", torch.device("cpu"), 1, 1)
+    with pytest.raises(ValueError, match="set processes=1"):
+        kk.text.refuse(False, "split", torch.device("cuda", 0), 2, 0)
+    kk.text.refuse(False, "ddp", torch.device("cpu"), 0)
+
+
+# ---- the competition's files -------------------------------------------------------------------
+def test_the_competition_is_read_with_its_quirks_and_a_missing_column_is_named(tmp_path):
+    folder = textsets.write_competition(tmp_path / "c", 60, 20, probabilities=True)
+    data = textsets.read_competition(folder, "text", "label")
+    assert data.id_column == "id" and data.classes == list(textsets.LABELS) and data.wants == "probabilities"
+    frame = data.submission(np.tile([0.2, 0.8], (20, 1)))
+    assert list(frame.columns) == ["id", *textsets.LABELS] and len(frame) == 20
+    with pytest.raises(textsets.TextDataError, match="no column 'body'.*its columns: id, text, label"):
+        textsets.read_competition(folder, "body", "label")
+
+
+def test_a_binary_target_whose_sample_holds_fractions_gets_the_positive_probability(tmp_path):
+    from kagglekit.tools.standins import community_rules
+    data = textsets.read_competition(community_rules(tmp_path / "j"), "body", "rule_violation")
+    assert data.id_column == "row_id" and data.classes == [0, 1] and data.wants == "probability"
+    probs = np.column_stack([np.linspace(0, 1, len(data.test)), np.linspace(1, 0, len(data.test))])
+    assert np.allclose(data.submission(probs)["rule_violation"], probs[:, 1])
+
+
+# ---- batches -----------------------------------------------------------------------------------
+def test_length_grouped_batches_pad_less_cover_every_text_and_resume_mid_epoch(models):
+    tokenizer = kk.text.load_tokenizer(models["bert"])
+    rows = textsets.texts(400, seed=2)
+    texts = kk.text.TokenizedTexts(tokenizer, [t for t, _ in rows], 64, [y for _, y in rows])
+    collate = kk.text.collator(tokenizer)
+    grouped = kk.make_loader(texts, 16, seed=0, num_workers=0, collate_fn=collate, lengths=texts.lengths)
+    plain = kk.make_loader(texts, 16, seed=0, num_workers=0, collate_fn=collate)
+    assert kk.text.pad_share(grouped) < 0.5 * kk.text.pad_share(plain)
+    sampler = grouped.sampler
+    sampler.set_epoch(3)
+    whole = list(sampler)
+    assert sorted(whole) == list(range(400))  # the loader drops the partial batch (the last)
+    assert [len(b["input_ids"]) for b in grouped] == [16] * 25
+    first = texts.lengths[whole[0]]
+    assert first == max(texts.lengths[i] for i in whole)  # the longest batch first: OOM at step 1
+    sampler.set_position(3, 5 * 16)
+    assert list(sampler) == whole[5 * 16:]  # a resume continues with the very next batch
+    shards = [kk.loaders.LengthGroupedSampler(texts, texts.lengths, 8, num_replicas=2, rank=r) for r in (0, 1)]
+    a, b = (list(s) for s in shards)
+    assert not set(a) & set(b) and len(a) == len(b) == 200
+    for k in range(len(a) // 8):  # each rank's batch is half of one global batch of similar lengths
+        lengths = [texts.lengths[i] for i in a[8 * k:8 * k + 8] + b[8 * k:8 * k + 8]]
+        assert max(lengths) - min(lengths) <= 6
+
+
+def test_the_oom_back_off_splits_a_token_batch_into_halves_of_the_same_loss(models):
+    from kagglekit.parallel.batches import chunk_weights, split_batch
+    tokenizer = kk.text.load_tokenizer(models["bert"])
+    rows = textsets.texts(12, seed=4)
+    texts = kk.text.TokenizedTexts(tokenizer, [t for t, _ in rows], 64, [y for _, y in rows])
+    batch = kk.text.collator(tokenizer)([texts[i] for i in range(12)])
+    torch.manual_seed(0)
+    model, _ = kk.text.load_classifier(models["bert"], 2, lora_r=4)
+    model.eval()
+    parts = split_batch(batch, 2)
+    whole = model(**batch).loss
+    halves = sum(w * model(**p).loss for p, w in zip(parts, chunk_weights(batch, parts)))
+    assert torch.allclose(whole, halves, atol=1e-6)
+
+
+# ---- checkpoints of what trains ----------------------------------------------------------------
+def test_a_lora_checkpoint_holds_only_what_trains_and_restores_it_onto_the_base(models):
+    from kagglekit.state import snapshot
+    torch.manual_seed(0)
+    model, _ = kk.text.load_classifier(models["llama"], 3, lora_r=4)
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data.add_(0.01)  # "trained"
+    state = snapshot.snapshot(model, frozen=False)
+    assert state["model_part"] == snapshot.TRAINABLE
+    assert all("lora_" in k or "score" in k for k in state["model"])
+    full = sum(v.numel() for v in model.state_dict().values())
+    assert sum(v.numel() for v in state["model"].values()) < 0.2 * full
+    torch.manual_seed(1)  # another head and other adapters
+    fresh, _ = kk.text.load_classifier(models["llama"], 3, lora_r=4)
+    snapshot.restore(state, fresh)
+    ids = {"input_ids": torch.tensor([[2, 7, 9, 11]])}
+    model.eval(), fresh.eval()
+    assert torch.equal(model(**ids).logits, fresh(**ids).logits)
+    bigger, _ = kk.text.load_classifier(models["llama"], 3, lora_r=8)
+    with pytest.raises(RuntimeError, match="trainable part does not fit this model"):
+        snapshot.restore(state, bigger)
+
+
+def _job(tmp_path, models, epochs: int, slow: float, name: str, **popen):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAGGLE")}
+    env.update(KAGGLEKIT_OUTPUT=str(tmp_path / name), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, str(REPO / "tests" / "jobs" / "text_job.py"), str(models["bert"].parents[3]),
+           str(epochs), str(slow), str(tmp_path / f"{name}-{epochs}.pt")]
+    if popen:
+        return subprocess.Popen(cmd, env=env, **popen)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert "DONE" in done.stdout, done.stdout + done.stderr[-3000:]
+    return torch.load(tmp_path / f"{name}-{epochs}.pt", weights_only=True)
+
+
+def _last_step(folder: Path) -> int:
+    return max((int(p.stem.split("-")[1]) for p in folder.rglob("step-*.json")), default=0)
+
+
+@pytest.mark.slow
+def test_a_sigkill_mid_epoch_resumes_to_the_uninterrupted_adapters_bit_for_bit_and_epochs_train_on(
+        tmp_path, models):
+    clean = _job(tmp_path, models, 2, 0.0, "clean")
+    proc = _job(tmp_path, models, 2, 0.05, "killed", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    saved = tmp_path / "killed" / "checkpoints" / "lora"
+    deadline = time.monotonic() + 300
+    while _last_step(saved) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = _last_step(saved)
+    assert 0 < killed_at < clean["steps"] // 2, f"killed at step {killed_at}: not in the first epoch"
+    again = _job(tmp_path, models, 2, 0.0, "killed")
+    assert again["steps"] == clean["steps"] and again["this_session"] < clean["steps"]
+    assert again["state"].keys() == clean["state"].keys()
+    assert all(torch.equal(again["state"][k], clean["state"][k]) for k in clean["state"])  # bit for bit
+    checkpoint = torch.load(again["checkpoint"], weights_only=True)
+    assert checkpoint["model_part"] == "trainable" and all("lora_" in k or "classifier" in k
+                                                           for k in checkpoint["model"])
+    longer = _job(tmp_path, models, 3, 0.0, "killed")  # epochs 2 -> 3: trains on, from step N
+    assert longer["this_session"] == longer["steps"] - clean["steps"] > 0
+
+
+# ---- the notebook ------------------------------------------------------------------------------
+def _run(tmp_path, params):
+    from kagglekit.tools.notebook_runner import run_notebook
+    out = run_notebook(REPO / "notebooks" / "text_classification.ipynb", params, output_root=tmp_path,
+                       progress=False)
+    return out, json.loads((out / "metrics.json").read_text())
+
+
+@pytest.mark.slow
+def test_an_encoder_and_a_decoder_through_the_same_notebook_beat_tfidf_on_the_built_in_task(tmp_path, models):
+    """BERT (the built-in stand-in) and a Llama given by ``model_dir`` alone: each ends in a
+    checked submission, a row per test id in the sample's columns, and beats TF-IDF + logistic
+    regression on the held-out and the test texts (whose label is word order)."""
+    import pandas as pd
+    runs = {"bert": _run(tmp_path, {}), "llama": _run(tmp_path, {"model_dir": str(models["llama"])})}
+    for arch, (out, metrics) in runs.items():
+        accuracy = metrics["accuracy"]
+        print(arch, accuracy)
+        assert accuracy["tfidf"] < 0.6 and accuracy["test_tfidf"] < 0.6  # bags of words: chance
+        assert accuracy["transformer"] > 0.85 and accuracy["test_transformer"] > 0.85, (arch, accuracy)
+        submission = pd.read_csv(out / "submission.csv")
+        assert list(submission.columns) == ["id", "label"] and len(submission) == 400
+        assert set(submission["label"]) <= set(textsets.LABELS) and submission["id"].is_unique
+        assert metrics["checkpoint"]["bytes"] > 0 and metrics["padding_share"]["grouped"] < \
+            metrics["padding_share"]["random"]
+    assert runs["llama"][1]["model"]["path"] == str(models["llama"])
