@@ -11,7 +11,7 @@ P ?=
 PYTEST_ARGS ?=
 TEST_JOBS ?= 2
 
-.PHONY: help setup lab run runs view test sandbox gpu-check soak bench lint clean build push status logs output pull quota compare submit score data
+.PHONY: help setup lab run runs view test sandbox gpu-check soak bench lint clean build push status logs output pull quota compare submit score data drift
 
 # V=1: keep the warnings the kit silences because they carry nothing for the user.
 ifdef V
@@ -101,6 +101,10 @@ submit: $(STAMP)
 ## score: a competition kernel's submissions with their status and public score (NB=name)
 score: $(STAMP)
 	$(PY) -m kagglekit.tools.cli score $(NB)
+
+## drift: the packages the Kaggle run really had (make output first) against sandbox/kaggle-image.txt (NB=name, REWRITE=1: adopt them)
+drift: $(STAMP)
+	$(PY) -m kagglekit.tools.cli drift $(NB) $(if $(REWRITE),--rewrite)
 
 ## pull: a notebook edited on Kaggle back into notebooks/ (refuses over uncommitted edits; FORCE=1)
 pull: $(STAMP)

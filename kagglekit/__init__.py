@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 # The public names, each in the part that owns it (see each part's docstring).
 _PARTS = {
-    "machine": ["env", "gpus", "forksafe", "precision", "budget", "inputs", "display", "signals"],
+    "machine": ["env", "gpus", "forksafe", "precision", "budget", "inputs", "display", "signals", "packages"],
     "parallel": ["ranks", "forked", "launcher", "ranklog", "loaders", "batches"],
     "state": ["atomic", "rng", "space", "identity", "cache", "snapshot", "checkpoint", "carry"],
     "readers": ["tiff", "volumecache", "volumes", "graphsets", "timeseries", "windows", "tables", "datasets",

@@ -137,7 +137,8 @@ def test_the_cli_prints_a_typo_as_one_line_and_starts_nothing(tmp_path):
 def write_playground_folder(folder: Path, rows: int = 1500) -> None:
     """A tabular competition's folder as Kaggle's Playground Series ship it: train.csv with an
     ``id`` column, numeric columns with gaps, a text category with a gap, a free-text column,
-    the target as words; test.csv and sample_submission.csv beside it (not read)."""
+    the target as words; test.csv (its ids continuing train's, gaps too, a category train never
+    had) and sample_submission.csv (id and the target, one placeholder word) beside it."""
     import pandas as pd
     rng = np.random.default_rng(0)
     x = rng.normal(size=(rows, 4))
@@ -150,12 +151,16 @@ def write_playground_folder(folder: Path, rows: int = 1500) -> None:
     frame.loc[rng.random(rows) < 0.05, "color"] = None
     folder.mkdir(parents=True)
     frame.to_csv(folder / "train.csv", index=False)
-    frame.drop(columns="Status").head(10).to_csv(folder / "test.csv", index=False)
-    pd.DataFrame({"id": range(10), "Status": "approved"}).to_csv(folder / "sample_submission.csv", index=False)
+    test = frame.drop(columns="Status").head(10).copy()
+    test["id"] = np.arange(rows, rows + 10)
+    test.loc[3, "color"], test.loc[4, "f2"] = "purple", np.nan
+    test.to_csv(folder / "test.csv", index=False)
+    pd.DataFrame({"id": test["id"], "Status": "approved"}).to_csv(folder / "sample_submission.csv", index=False)
 
 
 @pytest.mark.slow
 def test_quickstart_reads_a_tabular_competitions_train_csv_through_data_dir(tmp_path):
+    import pandas as pd
     write_playground_folder(tmp_path / "playground")
     out = run_notebook(REPO / "notebooks" / "quickstart.ipynb",
                        {"data_dir": str(tmp_path / "playground"), "target_column": "Status", "epochs": 6},
@@ -167,6 +172,11 @@ def test_quickstart_reads_a_tabular_competitions_train_csv_through_data_dir(tmp_
     # four numeric columns and color one-hot: red, green, blue and its gap
     assert "train.csv: 1,500 rows, 8 features, classes ['approved', 'declined']" in executed
     assert "'id': 'a row id'" in executed and "'note': '1500 distinct values" in executed
+    submission = pd.read_csv(out / "submission.csv")  # test.csv through train's preprocessing
+    assert list(submission.columns) == ["id", "Status"] and submission["id"].tolist() == list(range(1500, 1510))
+    assert set(submission["Status"]) <= {"approved", "declined"} and m["submission"]["rows"] == 10
+    truth = np.where(pd.read_csv(tmp_path / "playground" / "train.csv")["Status"].head(10) == "approved", 1, 0)
+    assert (np.where(submission["Status"] == "approved", 1, 0) == truth).mean() >= 0.7
 
 
 @pytest.mark.slow

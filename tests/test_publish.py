@@ -221,6 +221,28 @@ def test_make_compare_writes_the_report_next_to_the_kaggle_run(tmp_path):
     assert (kaggle_run / "compare.md").exists() and (kaggle_run / "compare.png").exists()
 
 
+def test_make_compare_prints_the_speed_up_of_the_kaggle_run_per_fit_and_overall(tmp_path):
+    """A pair of runs as make run and make output leave them: two fits each; the speed-up is
+    Kaggle's samples/s over the local run's per fit, the wall times' ratio overall, each side's
+    device named."""
+    runs = tmp_path / "runs"
+    local = {"config": {"epochs": 2}, "wall_seconds": 600.0, "env": {"gpus": [], "cpus": 2},
+             "pretrain": {"samples_per_s": 100.0, "val_loss": 0.5}, "fit": {"samples_per_s": 250.0, "val_loss": 0.4},
+             "summary": [{"result": "accuracy", "value": 0.9}]}
+    remote = {**local, "wall_seconds": 150.0, "pretrain": {"samples_per_s": 700.0, "val_loss": 0.5},
+              "fit": {"samples_per_s": 1000.0, "val_loss": 0.4},
+              "env": {"gpus": [{"name": "Tesla T4"}] * 2, "gpu_summary": "2 x Tesla T4", "cpus": 4}}
+    (runs / "quickstart" / "local-1").mkdir(parents=True)
+    (runs / "quickstart" / "local-1" / "metrics.json").write_text(json.dumps(local))
+    kaggle_run = runs / "kaggle" / "kagglekit-quickstart" / "v2"
+    kaggle_run.mkdir(parents=True)
+    (kaggle_run / "metrics.json").write_text(json.dumps(remote))
+    done = _cli("compare", "quickstart", "--runs", str(runs), env=_clean_env({}))
+    assert "## Speed-up of Kaggle (2 x Tesla T4) over local (CPU (2 cores))" in done.stdout, done.stdout
+    assert "| pretrain | 100 | 700 | 7.00x |" in done.stdout and "| fit | 250 | 1000 | 4.00x |" in done.stdout
+    assert "Overall (wall time): 4.00x" in done.stdout
+
+
 def test_make_compare_finds_a_metadata_variants_local_run_under_its_notebook(tmp_path):
     """make run NB=gnn_elliptic writes runs/gnn_node_classification/<config>/: compare looks there,
     and judges by the variant's own criteria (PR-AUC target 0.80)."""

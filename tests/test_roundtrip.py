@@ -313,9 +313,11 @@ def test_submit_sends_a_finished_versions_valid_zip_and_refuses_anything_else(tm
                               "fileName": "submission.zip",
                               "submissionDescription": "kagglekit-segmentation-3d v5: v5 flips=3"}]
         kaggle.score(kaggle.submissions[0]["ref"], "0.4821")
-        scored = _cli("score", "segmentation_3d", env=env)
+        scored = _cli("score", "segmentation_3d", "--output", out, env=env)
         assert scored.returncode == 0, scored.stderr
         assert "COMPLETE" in scored.stdout and "0.4821" in scored.stdout and "v5 flips=3" in scored.stdout
+        kept = json.loads((Path(out) / "kagglekit-segmentation-3d" / "scores.json").read_text())
+        assert kept["5"]["public"] == "0.4821"  # what make runs shows beside version 5
         not_comp = _cli("submit", "quickstart", "--output", out, env=env)
         assert not_comp.returncode == 2 and "no competition_sources" in not_comp.stderr
 
@@ -352,5 +354,5 @@ def test_a_file_competition_uploads_the_checked_csv_and_score_reads_it_back(tmp_
         assert not [p for p, _ in kaggle.requests if p.endswith("/CreateCodeSubmission")]
         assert kaggle.submissions[0]["description"] == "kagglekit-store-sales v3: ensemble"
         kaggle.score(kaggle.submissions[0]["ref"], "0.4133")
-        scored = _cli("score", "timeseries_store_sales", env=env)
+        scored = _cli("score", "timeseries_store_sales", "--output", out, env=env)
     assert scored.returncode == 0 and "0.4133" in scored.stdout and "latest public score" in scored.stdout

@@ -78,3 +78,40 @@ def test_a_failed_rerun_of_a_good_configuration_keeps_its_executed_notebook(tmp_
     assert (folder / "quickstart.failed.ipynb").exists()
     status = json.loads((folder / "status.json").read_text())
     assert status["status"] == "failed" and "PrecisionError" in status["error"]
+
+
+def test_make_runs_shows_kaggle_versions_beside_local_runs_with_cv_public_score_and_params(tmp_path):
+    """Two local runs (make run) and two Kaggle versions (make output, one scored by make score),
+    as those commands leave them: one table, every version with its status, CV headline, public
+    score where scored and the parameters that differ from the notebook's defaults; also as CSV."""
+    import csv
+    import subprocess
+    import sys
+    runs = tmp_path / "runs"
+    head = [{"result": "validation accuracy", "value": 0.91, "baseline": 0.5, "vs": "majority class",
+             "passed": True}]
+    for label, lr, t in (("defaults-aaaa1111", 3e-3, 100.0), ("lr=0.01-bbbb2222", 0.01, 200.0)):
+        folder = runs / "quickstart" / label
+        folder.mkdir(parents=True)
+        (folder / "status.json").write_text(json.dumps({"status": "ok", "time": t}))
+        (folder / "metrics.json").write_text(json.dumps({"config": {"lr": lr}, "summary": head, "wall_seconds": 9.0}))
+    for version, status, t in ((3, "COMPLETE", 300.0), (4, "ERROR", 400.0)):
+        folder = runs / "kaggle" / "kagglekit-quickstart" / f"v{version}"
+        folder.mkdir(parents=True)
+        summary = head if status == "COMPLETE" else []
+        (folder / "metrics.json").write_text(json.dumps({"config": {"lr": 0.01, "epochs": 30}, "summary": summary}))
+        (folder / "kaggle.json").write_text(json.dumps({"version": version, "status": status, "time": t}))
+    (runs / "kaggle" / "kagglekit-quickstart" / "scores.json").write_text(json.dumps(
+        {"3": {"public": "0.8912", "private": "", "status": "COMPLETE", "date": "2026-11-25"}}))
+    done = subprocess.run([sys.executable, "-m", "kagglekit.tools.cli", "runs", "--output", str(runs)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    with open(runs / "runs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["run"] for r in rows] == ["kaggle v4", "kaggle v3", "lr=0.01-bbbb2222", "defaults-aaaa1111"]
+    v4, v3 = rows[0], rows[1]
+    assert (v3["status"], v3["public"], v4["status"], v4["public"]) == ("COMPLETE", "0.8912", "ERROR", "")
+    assert v3["cv"] == "validation accuracy 0.91 vs majority class 0.5 (pass)" and v4["cv"] == ""
+    assert v3["params"] == "lr=0.01" == rows[2]["params"]  # epochs: run control, not the experiment
+    for text in ("kaggle v3", "0.8912", "ERROR", "lr=0.01", "runs.csv"):
+        assert text in done.stdout, done.stdout

@@ -8,6 +8,7 @@ encodes the categories (a gap is a category of its own) and numbers the target's
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,9 +30,49 @@ def find(path: Path, name: str = "") -> Path:
     return find_file(path, name)
 
 
+@dataclass
+class Preprocessing:
+    """What ``read_labelled`` fitted on the training table, to apply to the test table as is:
+    the medians that fill numeric gaps, each category column's values (one-hot; a value train
+    never had is all zeros), the feature columns in their order."""
+    numeric: list
+    medians: dict
+    categories: dict
+    columns: list
+
+    def features(self, frame) -> np.ndarray:
+        import pandas as pd
+        missing = [c for c in [*self.numeric, *self.categories] if c not in frame.columns]
+        if missing:
+            raise TableError(f"the test table lacks the training columns {', '.join(map(str, missing[:6]))}")
+        filled = frame[self.numeric].astype(float).fillna(self.medians).fillna(0.0)
+        encoded = [pd.get_dummies(pd.Categorical(frame[c].astype("object"), categories=values),
+                                  prefix=c, dummy_na=True, dtype=float) for c, values in self.categories.items()]
+        features = pd.concat([filled, *encoded], axis=1).reindex(columns=self.columns, fill_value=0.0)
+        return features.to_numpy(np.float32)
+
+
+def _fit(frame, dropped: dict) -> tuple[Preprocessing, np.ndarray]:
+    import pandas as pd
+    numeric = [c for c in frame.columns if c not in dropped and pd.api.types.is_numeric_dtype(frame[c])]
+    text = [c for c in frame.columns if c not in dropped and c not in numeric]
+    for c in text:
+        if frame[c].nunique() > MAX_CATEGORIES:
+            dropped[c] = f"{frame[c].nunique()} distinct values: free text, not categories"
+    categories = {c: sorted(frame[c].dropna().astype("object").unique().tolist(), key=str)
+                  for c in text if c not in dropped}
+    medians = frame[numeric].astype(float).median(numeric_only=True).to_dict()
+    prep = Preprocessing(numeric, medians, categories, [])
+    encoded = [pd.get_dummies(pd.Categorical(frame[c].astype("object"), categories=v), prefix=c,
+                              dummy_na=True, dtype=float) for c, v in categories.items()]
+    prep.columns = [*numeric, *(col for e in encoded for col in e.columns)]
+    return prep, prep.features(frame)
+
+
 def read_labelled(path, target: str, name: str = "") -> tuple[TensorDataset, dict]:
     """``(TensorDataset(features float32, class index), info)``; ``info`` names the feature
-    columns, the classes (in the order of their index) and the columns dropped, with why."""
+    columns, the classes (in the order of their index), the columns dropped with why, and the
+    fitted ``Preprocessing`` (``info["prep"]``: the test table through the same steps)."""
     import pandas as pd
     file = find(Path(path), name)
     frame = (pd.read_csv if file.suffix.lower() == ".csv" else pd.read_parquet)(file)
@@ -44,16 +85,18 @@ def read_labelled(path, target: str, name: str = "") -> tuple[TensorDataset, dic
                          "or fill them before training")
     dropped = {c: "a row id" for c in frame.columns if str(c).lower() == "id" or
                (str(c).lower().endswith("id") and frame[c].is_unique)}
-    numeric = [c for c in frame.columns if c not in dropped and pd.api.types.is_numeric_dtype(frame[c])]
-    text = [c for c in frame.columns if c not in dropped and c not in numeric]
-    for c in text:
-        if frame[c].nunique() > MAX_CATEGORIES:
-            dropped[c] = f"{frame[c].nunique()} distinct values: free text, not categories"
-    categories = [c for c in text if c not in dropped]
-    filled = frame[numeric].astype(float).fillna(frame[numeric].median(numeric_only=True)).fillna(0.0)
-    encoded = pd.get_dummies(frame[categories].astype("object"), dummy_na=True, dtype=float)
-    features = pd.concat([filled, encoded], axis=1)
+    prep, features = _fit(frame, dropped)
     classes, index = np.unique(labels.astype(str) if labels.dtype == object else labels, return_inverse=True)
-    dataset = TensorDataset(torch.tensor(features.to_numpy(np.float32)), torch.as_tensor(index, dtype=torch.long))
-    return dataset, {"file": file.name, "features": list(map(str, features.columns)),
-                     "classes": classes.tolist(), "dropped": dropped}
+    dataset = TensorDataset(torch.tensor(features), torch.as_tensor(index, dtype=torch.long))
+    return dataset, {"file": file.name, "features": list(map(str, prep.columns)),
+                     "classes": classes.tolist(), "dropped": dropped, "prep": prep}
+
+
+def read_test(path, prep: Preprocessing, name: str = "test") -> tuple[object, np.ndarray]:
+    """``(the test table, its features)``: a competition's ``test.csv`` beside ``train.csv``,
+    through the training table's preprocessing (medians, categories, columns: fitted on train
+    only, so nothing of the test rows leaks into training)."""
+    import pandas as pd
+    file = find_file(Path(path), name) if Path(path).is_dir() else Path(path)
+    frame = (pd.read_csv if file.suffix.lower() == ".csv" else pd.read_parquet)(file)
+    return frame, prep.features(frame)

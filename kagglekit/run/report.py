@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from ..machine import display
+from ..machine import display, packages
 from ..state import atomic
 
 
@@ -71,7 +71,7 @@ class Report:
     def summary(self, headlines: list[dict]) -> None:
         """The closing cell: each headline result beside its baseline and criterion,
         with a pass/fail mark (``display.headline`` makes the rows); into metrics.json too."""
-        self.log(summary=headlines)
+        self.log(summary=headlines, packages=packages.record())  # what this version really ran
         display.show_markdown(display.summary_markdown(headlines))
         display.show_table([{"result": h["result"], "value": h["value"],
                              "baseline": f"{h['vs']} {h['baseline']:.4g}" if h["baseline"] is not None else "",

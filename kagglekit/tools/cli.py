@@ -99,11 +99,11 @@ def _text_table(rows: list[dict]) -> str:
 
 
 def cmd_runs(args) -> int:
-    """Every local run with its status and headline results, newest first per notebook."""
+    """Every local run and downloaded Kaggle version: status, CV, public score, parameters."""
     import datetime
 
-    from .runfolders import listing
-    rows = listing(Path(args.output))
+    from .runtable import table
+    rows = table(Path(args.output))
     if not rows:
         print(f"no runs under {args.output}/ yet (make run)")
         return 0
@@ -111,6 +111,7 @@ def cmd_runs(args) -> int:
         r["time"] = datetime.datetime.fromtimestamp(r["time"]).strftime("%Y-%m-%d %H:%M")
         r["latest"] = "*" if r["latest"] else ""
     print(_text_table(rows))
+    print(f"(also {Path(args.output) / 'runs.csv'})")
     return 0
 
 
@@ -195,7 +196,7 @@ def cmd_submit(args) -> int:
 def cmd_score(args) -> int:
     from .publish import submit
     name = _one_competition_kernel(args, "score")
-    return submit.score(name) if name else 2
+    return submit.score(name, args.output) if name else 2
 
 
 def cmd_data(args) -> int:
@@ -226,6 +227,13 @@ def cmd_compare(args) -> int:
     from .publish.compare import compare_notebook
     results = [compare_notebook(name, Path(args.runs)) for name in _names(args)]
     return 0 if all(results) else 1
+
+
+def cmd_drift(args) -> int:
+    from .drift import report
+    from .publish import metadata
+    slugs = [metadata.load(Path("kernel-metadata") / f"{n}.json")["slug"] for n in _names(args)]
+    return 1 if any([report(s, Path(args.runs), Path(args.image), args.rewrite) for s in slugs]) else 0
 
 
 def cmd_sandbox(args) -> int:
@@ -269,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                              ("data", cmd_data, "download the data a kernel attaches into data/<slug>/"),
                              ("submit", cmd_submit, "submit a finished competition kernel's submission"),
                              ("score", cmd_score, "a competition kernel's submissions and their scores"),
-                             ("compare", cmd_compare, "a local run against the Kaggle run of the same configuration")):
+                             ("compare", cmd_compare, "a local run against the Kaggle run of the same configuration"),
+                             ("drift", cmd_drift, "the packages the Kaggle run had against the sandbox's pins")):
         p = sub.add_parser(name, help=text)
         p.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
         p.set_defaults(func=func)
@@ -281,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "status":
             p.add_argument("--wait", action="store_true", help="poll until done, with back-off")
             p.add_argument("--timeout", type=float, default=12 * 3600)
-        if name in ("output", "submit"):
+        if name in ("output", "submit", "score"):
             p.add_argument("--output", default="runs/kaggle")
         if name == "submit":
             p.add_argument("-m", "--message", default="kagglekit submission", help="submission description")
@@ -289,8 +298,11 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--force", action="store_true",
                            help="output: download while RUNNING; pull: overwrite local edits; "
                                 "data: download again")
-        if name == "compare":
+        if name in ("compare", "drift"):
             p.add_argument("--runs", default="runs")
+        if name == "drift":
+            p.add_argument("--rewrite", action="store_true", help="put the run's versions into the pins")
+            p.add_argument("--image", default="sandbox/kaggle-image.txt")
     args = parser.parse_args(argv)
     try:
         return args.func(args)

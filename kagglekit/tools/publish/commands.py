@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from ...state import atomic
 from . import build as build_mod, credentials, kaggle_cli, metadata, wheels
 from .build import build, build_root
 
@@ -152,6 +153,7 @@ def output_all(names: list[str], output_root: str, force: bool) -> int:
         version = kaggle_cli.current_version(kernel)
         dest = Path(output_root) / meta["slug"] / (f"v{version}" if version else "latest")
         files = kaggle_cli.output(kernel, dest)
+        atomic.write_json(dest / "kaggle.json", {"version": version, "status": st.state, "time": time.time()})
         print(f"{kernel}: {st.state}, version {version}: {len(files)} files -> {dest}/")
     return 1 if failed else 0
 

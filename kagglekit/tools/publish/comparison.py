@@ -85,7 +85,29 @@ def compare(local: dict, remote: dict, criteria: dict | None = None) -> dict:
               _minutes(remote, rules), _gpus(remote, b, rules), _oom(b), _precision(remote)]
     worst = max((c["verdict"] for c in judged), key=ORDER.index)
     return {"rows": rows, "criteria": judged, "verdict": worst, "ok": worst != "fail",
-            "wall_seconds": {"local": a.get("wall_seconds"), "kaggle": b.get("wall_seconds")}}
+            "wall_seconds": {"local": a.get("wall_seconds"), "kaggle": b.get("wall_seconds")},
+            "speedup": speedup(local, remote)}
+
+
+def _device(metrics: dict) -> str:
+    env = metrics.get("env", {})
+    return env.get("gpu_summary") if env.get("gpus") else f"CPU ({env.get('cpus', '?')} cores)"
+
+
+def speedup(local: dict, remote: dict) -> dict:
+    """How much faster the Kaggle run trained than the local one: per fit (samples/s of the
+    session that trained it, Kaggle over local) and overall (wall time, local over Kaggle),
+    with each side's device named."""
+    fits = []
+    for name in sorted(set(local) & set(remote)):
+        a, b = local[name], remote[name]
+        if not (isinstance(a, dict) and isinstance(b, dict) and "samples_per_s" in a and "samples_per_s" in b):
+            continue
+        ratio = b["samples_per_s"] / a["samples_per_s"] if a["samples_per_s"] else None
+        fits.append({"fit": name, "local": a["samples_per_s"], "kaggle": b["samples_per_s"], "speedup": ratio})
+    wall = local.get("wall_seconds"), remote.get("wall_seconds")
+    return {"fits": fits, "overall": wall[0] / wall[1] if all(wall) else None,
+            "devices": {"local": _device(local), "kaggle": _device(remote)}}
 
 
 def _judge(name: str, verdict: str, reason: str) -> dict:
@@ -202,14 +224,26 @@ def markdown(result: dict, title: str) -> str:
     for r in result["rows"]:
         lines.append(f"| {r['metric']} | {r['local']:.4g} | {r['kaggle']:.4g} | "
                      f"{100 * r['relative']:+.1f}% | {r['verdict']} |")
-    t = result["wall_seconds"]
-    lines += ["", f"Wall time: local {t['local']} s, Kaggle {t['kaggle']} s.", "", "## Criteria", "",
+    t, fast = result["wall_seconds"], result.get("speedup", {"fits": [], "devices": {}})
+    lines += ["", f"Wall time: local {t['local']} s, Kaggle {t['kaggle']} s.", ""]
+    if fast["fits"] or fast.get("overall"):
+        devices = fast["devices"]
+        lines += [f"## Speed-up of Kaggle ({devices.get('kaggle')}) over local ({devices.get('local')})", "",
+                  "| fit | local samples/s | Kaggle samples/s | speed-up |", "| --- | --- | --- | --- |"]
+        lines += [f"| {f['fit']} | {f['local']:.4g} | {f['kaggle']:.4g} | {_times(f['speedup'])} |"
+                  for f in fast["fits"]]
+        lines += ["", f"Overall (wall time): {_times(fast.get('overall'))}", ""]
+    lines += ["## Criteria", "",
               "| criterion | verdict | why |", "| --- | --- | --- |"]
     for c in result["criteria"]:
         mark = f"**{c['verdict'].upper()}**" if c["verdict"] in ("fail", "investigate") else c["verdict"]
         lines.append(f"| {c['criterion']} | {mark} | {c['reason']} |")
     lines += ["", f"Overall: {result['verdict'].upper()}", ""]
     return "\n".join(lines)
+
+
+def _times(ratio) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 def figure(result: dict):

@@ -101,8 +101,9 @@ def _check(file: Path, recorded: dict, competition: str) -> None:
     submission.check(file, schema, file.name)
 
 
-def score(name: str) -> int:
-    """This kernel's submissions to its competition, with status and public score."""
+def score(name: str, output_root: str = "runs/kaggle") -> int:
+    """This kernel's submissions to its competition, with status and public score; the scores
+    per version kept in ``<output_root>/<slug>/scores.json`` (what ``make runs`` shows)."""
     kernel, meta = kernel_of(name)
     competition = _competition(name, meta)
     if competition is None:
@@ -117,6 +118,9 @@ def score(name: str) -> int:
               "status": r.get("status", "").rsplit(".", 1)[-1], "public": r.get("publicScore", ""),
               "private": r.get("privateScore", ""), "message": r["description"].split(": ", 1)[-1]}
              for r in rows]
+    from ...state import atomic
+    scores = {t["version"]: {k: t[k] for k in ("public", "private", "status", "date")} for t in reversed(table)}
+    atomic.write_json(Path(output_root) / meta["slug"] / "scores.json", scores)  # newest kept per version
     print(f"{kernel} on {competition}:")
     print(frame(table).to_string(index=False))
     scored = [t for t in table if t["public"] not in ("", "None")]
