@@ -59,6 +59,8 @@ def test_4bit_and_a_split_model_are_refused_where_the_machine_cannot_do_them():
         kk.text.refuse(True, "ddp", torch.device("cpu"), 0)
     with pytest.raises(ValueError, match="this machine has 1"):
         kk.text.refuse(False, "split", torch.device("cpu"), 1, 1)
+    with pytest.raises(ValueError, match="only adapters can train it"):
+        kk.text.refuse(True, "ddp", torch.device("cuda", 0), 2, 0, lora_r=0)
     with pytest.raises(ValueError, match="set processes=1"):
         kk.text.refuse(False, "split", torch.device("cuda", 0), 2, 0)
     kk.text.refuse(False, "ddp", torch.device("cpu"), 0)

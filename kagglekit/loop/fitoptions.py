@@ -52,7 +52,7 @@ class Durability:
     resume: bool | None
     time_budget: object
     config: dict | None
-    save_frozen: bool
+    save_frozen: bool = True  # False: checkpoints without the frozen parameters
 
     def resolved(self, run) -> Durability:
         """Every None the run decides, decided (explicit values win)."""
