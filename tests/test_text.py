@@ -56,11 +56,15 @@ def test_the_base_identity_is_the_same_wherever_it_is_mounted_and_differs_for_an
 
 def test_4bit_and_a_split_model_are_refused_where_the_machine_cannot_do_them():
     with pytest.raises(ValueError, match="load_in_4bit=True needs a CUDA GPU"):
-        kk.text.refuse(True, "ddp", torch.device("cpu"), 0)
-    with pytest.raises(ValueError, match="this machine has 1"):
-        kk.text.refuse(False, "split", torch.device("cpu"), 1, 1)
+        kk.text.refuse(True, "ddp", torch.device("cpu"), 0, lora_r=8)
     with pytest.raises(ValueError, match="only adapters can train it"):
         kk.text.refuse(True, "ddp", torch.device("cuda", 0), 2, 0, lora_r=0)
+    with pytest.raises(ValueError, match="this machine has 1"):
+        kk.text.refuse(False, "split", torch.device("cpu"), 1, 1)
+    with pytest.raises(ValueError, match='needs bitsandbytes.*add "bitsandbytes" to the kernel'):
+        kk.text.refuse(True, "ddp", torch.device("cuda", 0), 2, 0, lora_r=8)  # not installed here
+    from kagglekit.tools.publish import wheels
+    assert wheels.pinned("bitsandbytes", REPO / "requirements.txt", REPO / "setup" / "gpu-requirements.txt")
     with pytest.raises(ValueError, match="set processes=1"):
         kk.text.refuse(False, "split", torch.device("cuda", 0), 2, 0)
     kk.text.refuse(False, "ddp", torch.device("cpu"), 0)

@@ -14,6 +14,8 @@ repeats, on top of transformers, peft and tokenizers (imported here only):
 """
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import torch
 from torch.utils.data import Dataset
@@ -78,12 +80,16 @@ def pad_share(loader, batches: int | None = None) -> float:
 def refuse(load_in_4bit: bool, placement: str, device: torch.device, gpus: int, processes: int = 0,
            lora_r: int = 0) -> None:
     """Options the machine cannot honour, refused with the reason before any weight loads."""
-    if load_in_4bit and device.type != "cuda":
-        raise ValueError("load_in_4bit=True needs a CUDA GPU: bitsandbytes' 4-bit kernels run on "
-                         "GPUs only. Set load_in_4bit=False here (CPU), or run on Kaggle's T4s.")
     if load_in_4bit and not lora_r:
         raise ValueError("load_in_4bit=True freezes the base in 4 bits: only adapters can train it "
                          "(QLoRA). Set lora_r (8-32), or load_in_4bit=False for full fine-tuning.")
+    if load_in_4bit and device.type != "cuda":
+        raise ValueError("load_in_4bit=True needs a CUDA GPU: bitsandbytes' 4-bit kernels run on "
+                         "GPUs only. Set load_in_4bit=False here (CPU), or run on Kaggle's T4s.")
+    if load_in_4bit and importlib.util.find_spec("bitsandbytes") is None:
+        raise ValueError("load_in_4bit=True needs bitsandbytes, which Kaggle's image lacks: add "
+                         '"bitsandbytes" to the kernel\'s "wheels" in kernel-metadata (pinned in '
+                         "setup/gpu-requirements.txt), then push again.")
     if placement not in ("ddp", "split"):
         raise ValueError(f"placement={placement!r}: 'ddp' (a copy per GPU) or 'split' (the "
                          "layers over the GPUs, for a model too big for one)")

@@ -100,18 +100,8 @@ def _text_table(rows: list[dict]) -> str:
 
 def cmd_runs(args) -> int:
     """Every local run and downloaded Kaggle version: status, CV, public score, parameters."""
-    import datetime
-
-    from .runtable import table
-    rows = table(Path(args.output))
-    if not rows:
-        print(f"no runs under {args.output}/ yet (make run)")
-        return 0
-    for r in rows:
-        r["time"] = datetime.datetime.fromtimestamp(r["time"]).strftime("%Y-%m-%d %H:%M")
-        r["latest"] = "*" if r["latest"] else ""
-    print(_text_table(rows))
-    print(f"(also {Path(args.output) / 'runs.csv'})")
+    from .runtable import text
+    print(text(Path(args.output)) or f"no runs under {args.output}/ yet (make run)")
     return 0
 
 

@@ -69,3 +69,17 @@ def table(root: Path) -> list[dict]:
             writer.writeheader()
             writer.writerows({k: r.get(k, "") for k in COLUMNS} for r in rows)
     return rows
+
+
+def text(root: Path) -> str:
+    """The table as ``make runs`` prints it (times readable, the latest local run starred)."""
+    import datetime
+
+    from ..machine.display import frame
+    rows = table(root)
+    if not rows:
+        return ""
+    for r in rows:
+        r["time"] = datetime.datetime.fromtimestamp(r["time"]).strftime("%Y-%m-%d %H:%M")
+        r["latest"] = "*" if r["latest"] else ""
+    return f"{frame(rows).to_string(index=False)}\n(also {root / 'runs.csv'})"

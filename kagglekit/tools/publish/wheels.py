@@ -29,21 +29,25 @@ KAGGLE_TARGET = ["--python-version", "3.12", "--implementation", "cp", "--abi", 
 SLUG = "kagglekit-wheels"
 TITLE = "kagglekit wheels"
 REQUIREMENTS = Path("requirements.txt")
+GPU_REQUIREMENTS = Path("setup/gpu-requirements.txt")  # never installed here: wheels for GPU kernels
 
 
 class WheelError(RuntimeError):
     """An extra package cannot be pinned or fetched."""
 
 
-def pinned(package: str, requirements: Path = REQUIREMENTS) -> str:
-    """``package``'s exact version in requirements.txt (names compared as pip does)."""
+def pinned(package: str, requirements: Path = REQUIREMENTS, gpu_only: Path = GPU_REQUIREMENTS) -> str:
+    """``package``'s exact version in requirements.txt, else in the GPU-only pins (names
+    compared as pip does)."""
     wanted = _normal(package)
-    for line in requirements.read_text().splitlines():
-        m = re.match(r"\s*([A-Za-z0-9_.-]+)\s*==\s*([^\s;#]+)", line)
-        if m and _normal(m.group(1)) == wanted:
-            return m.group(2)
-    raise WheelError(f"{package!r} (a notebook's \"wheels\") is not pinned with == in {requirements}: "
-                     "pin it there, so that Kaggle runs the version the tests ran")
+    for path in (requirements, gpu_only):
+        for line in (path.read_text().splitlines() if path.exists() else []):
+            m = re.match(r"\s*([A-Za-z0-9_.-]+)\s*==\s*([^\s;#]+)", line)
+            if m and _normal(m.group(1)) == wanted:
+                return m.group(2)
+    raise WheelError(f"{package!r} (a notebook's \"wheels\") is not pinned with == in {requirements} "
+                     f"(or {gpu_only} for a GPU-only package): pin it there, so that Kaggle runs the "
+                     "version the tests ran")
 
 
 def _normal(name: str) -> str:
