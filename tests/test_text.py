@@ -220,3 +220,24 @@ def test_an_encoder_and_a_decoder_through_the_same_notebook_beat_tfidf_on_the_bu
         assert metrics["checkpoint"]["bytes"] > 0 and metrics["padding_share"]["grouped"] < \
             metrics["padding_share"]["random"]
     assert runs["llama"][1]["model"]["path"] == str(models["llama"])
+
+
+@pytest.mark.slow
+def test_a_new_test_csv_is_predicted_again_from_the_finished_adapters_without_training(tmp_path, models):
+    """A competition's data updated between versions: test.csv changes, train.csv does not. The
+    fold's cached predictions are stale (their key holds test.csv), its checkpoint is not (its
+    identity holds train.csv only): the fold reloads the finished training, trains no step and
+    predicts the new test rows."""
+    import pandas as pd
+    folder = textsets.write_competition(tmp_path / "comp", 400, 80, seed=3)
+    params = {"data_dir": str(folder), "epochs": 2, "model_dir": str(models["llama"])}
+    first, m1 = _run(tmp_path, params)
+    test = pd.read_csv(folder / "test.csv")
+    test["text"] = [t for t, _ in textsets.texts(80, seed=9)]
+    test.to_csv(folder / "test.csv", index=False)
+    again, m2 = _run(tmp_path, params)
+    assert again == first and m1["chain"]["cache:text-fold0"] == "computed" == m2["chain"]["cache:text-fold0"]
+    assert m2["fit"]["stopped"] == "already_complete" and m2["fit"]["steps_this_session"] == 0
+    assert m2["checkpoint"]["bytes"] == m1["checkpoint"]["bytes"] > 0
+    new = pd.read_csv(again / "submission.csv")
+    assert new["id"].tolist() == test["id"].tolist()

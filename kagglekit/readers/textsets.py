@@ -110,6 +110,7 @@ class TextCompetition:
     classes: list
     labels: object  # np.ndarray of class indices, one per train row
     wants: str  # "label", "probability" (of the second class, a binary target) or "probabilities"
+    files: dict  # "train" / "test": where the tables were found (what caches and checkpoints key on)
 
     def submission(self, probs):
         """The submission in the sample's columns: the class (as the data names it) of the
@@ -141,8 +142,8 @@ def read_competition(folder: Path | str, text_column: str, target_column: str) -
     missing column is named with the columns there are; empty texts become ""."""
     import numpy as np
     folder = Path(folder)
-    (train, _), (test, _), (sample, sample_path) = (_table(folder, n) for n in
-                                                    ("train.csv", "test.csv", "sample_submission.csv"))
+    (train, train_path), (test, test_path), (sample, sample_path) = (
+        _table(folder, n) for n in ("train.csv", "test.csv", "sample_submission.csv"))
     for name, frame, wanted in (("train.csv", train, [text_column, target_column]),
                                 ("test.csv", test, [text_column])):
         missing = [c for c in wanted if c not in frame.columns]
@@ -167,7 +168,7 @@ def read_competition(folder: Path | str, text_column: str, target_column: str) -
                             f"column per class ({', '.join(map(str, classes[:6]))}): its columns "
                             f"{', '.join(map(str, sample.columns))}")
     return TextCompetition(folder, train, test, sample_path, id_column, target_column, classes,
-                           labels, wants)
+                           labels, wants, {"train": train_path, "test": test_path})
 
 
 def _tokenizer(corpus: list[str], arch: str):
