@@ -85,6 +85,7 @@ def test_a_binary_target_whose_sample_holds_fractions_gets_the_positive_probabil
     from kagglekit.tools.standins import community_rules
     data = textsets.read_competition(community_rules(tmp_path / "j"), "body", "rule_violation")
     assert data.id_column == "row_id" and data.classes == [0, 1] and data.wants == "probability"
+    assert set(data.test["rule"]) - set(data.train["rule"])  # as the real one: rules train never had
     probs = np.column_stack([np.linspace(0, 1, len(data.test)), np.linspace(1, 0, len(data.test))])
     assert np.allclose(data.submission(probs)["rule_violation"], probs[:, 1])
 

@@ -170,16 +170,25 @@ def store_sales(folder: Path, hidden: bool = False, stores: int = 3, days: int =
     return folder
 
 
+# The two rules of the real train.csv (their exact text), and rules only a test set has
+RULES = ("No Advertising: Spam, referral links, unsolicited advertising, and promotional content are not allowed.",
+         "No legal advice: Do not offer or request legal advice.")
+UNSEEN_RULES = ("No medical advice: Do not offer or request specific medical advice, diagnoses, or treatment "
+                "recommendations.", "No spoilers: Do not reveal important details in the discussion of new media.")
+
+
 def community_rules(folder: Path, hidden: bool = False, rows: int = 480, test: int = 96) -> Path:
     """Jigsaw - Agile Community Rules Classification (code competition
     ``jigsaw-agile-community-rules``, 2025) as it ships, each part a documented property of the
-    real files:
+    real files (public notebooks' EDA of them, read 2026-11-25):
 
     - ``train.csv``: ``row_id,body,rule,subreddit,positive_example_1,positive_example_2,
       negative_example_1,negative_example_2,rule_violation``: Reddit comments (``body``), the
-      rule each is judged against, example comments, the 0/1 label; ids start at 0, not 1;
-    - ``test.csv``: the same without ``rule_violation``; the scoring rerun's hidden test set is
-      larger than the public one (the notebook's test rows are never fixed);
+      rule each is judged against, two example comments that break it and two that do not, the
+      0/1 label; only two rules (``RULES``, about half the rows each) over many subreddits;
+    - ``test.csv``: the same without ``rule_violation``, and rules train never had
+      (``UNSEEN_RULES``: the competition's point is to generalise to them); the scoring rerun's
+      hidden test set is larger than the public one (the notebook's test rows are never fixed);
     - ``sample_submission.csv``: ``row_id,rule_violation`` with fractional values: the metric
       is a column-averaged AUC, so the submission holds probabilities, not labels.
 
@@ -191,16 +200,19 @@ def community_rules(folder: Path, hidden: bool = False, rows: int = 480, test: i
     # the rerun's train.csv is the public one; only the test rows differ (twice as many)
     made = texts(rows, seed=3) + (texts(2 * test, seed=7) if hidden else texts(test, seed=5))
     test = len(made) - rows
-    frame = pd.DataFrame({"row_id": np.arange(rows + test), "body": [t for t, _ in made],
-                          "rule": "No Advertising: spam, referral links and promotions are not allowed",
-                          "subreddit": ["legaladvice" if i % 2 else "AskReddit" for i in range(rows + test)],
+    rules = [RULES[i % 2] for i in range(rows)] + [(RULES + UNSEEN_RULES)[i % 4] for i in range(test)]
+    subreddits = ("legaladvice", "AskReddit", "soccerstreams", "personalfinance", "relationships")
+    frame = pd.DataFrame({"row_id": np.arange(rows + test), "body": [t for t, _ in made], "rule": rules,
+                          "subreddit": [subreddits[i % len(subreddits)] for i in range(rows + test)],
                           "rule_violation": [y for _, y in made]})
     for i, kind in ((1, "positive"), (2, "positive"), (1, "negative"), (2, "negative")):
         frame[f"{kind}_example_{i}"] = [t for t, _ in texts(rows + test, seed=20 + i + (kind == "negative"))]
+    columns = ["row_id", "body", "rule", "subreddit", "positive_example_1", "positive_example_2",
+               "negative_example_1", "negative_example_2", "rule_violation"]
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    frame.iloc[:rows].to_csv(folder / "train.csv", index=False)
-    frame.iloc[rows:].drop(columns="rule_violation").to_csv(folder / "test.csv", index=False)
+    frame[columns].iloc[:rows].to_csv(folder / "train.csv", index=False)
+    frame[columns[:-1]].iloc[rows:].to_csv(folder / "test.csv", index=False)
     pd.DataFrame({"row_id": frame["row_id"].iloc[rows:], "rule_violation": 0.5}).to_csv(
         folder / "sample_submission.csv", index=False)
     return folder
