@@ -11,7 +11,7 @@ P ?=
 PYTEST_ARGS ?=
 TEST_JOBS ?= 2
 
-.PHONY: help setup lab run runs view test sandbox gpu-check soak bench lint clean build push status logs output pull quota compare submit score data drift
+.PHONY: help setup lab run runs view test sandbox gpu-check soak bench lint clean build push status logs output pull quota compare submit score data drift results
 
 # V=1: keep the warnings the kit silences because they carry nothing for the user.
 ifdef V
@@ -68,7 +68,7 @@ $(SANDBOX_PACKAGES): sandbox/kaggle-image.txt
 $(SANDBOX_STAMP): $(SANDBOX_PACKAGES) $(STAMP)
 	$(PY) -c "from kagglekit.tools.kernelenv import kernel_python; kernel_python()"
 
-## test: the whole suite on CPU, the sandbox's eight notebooks included (GPU tests are skipped without a GPU; TEST_JOBS=2 workers)
+## test: the whole suite on CPU, the sandbox's nine notebooks included (GPU tests are skipped without a GPU; TEST_JOBS=2 workers)
 # Two xdist workers, the longest tests first (tests/conftest.py); --maxschedchunk 1 hands
 # each worker its next test only when it needs one, so neither idles at the end. One
 # thread per process: with two workers on two cores, OpenMP threads spin-waiting for a
@@ -106,6 +106,10 @@ score: $(STAMP)
 drift: $(STAMP)
 	$(PY) -m kagglekit.tools.cli drift $(NB) $(if $(REWRITE),--rewrite)
 
+## results: the gpu_figures tables make output fetched, each version once, into benchmarks/RESULTS.md (NB=gpu_figures)
+results: $(STAMP)
+	$(PY) -m kagglekit.tools.cli results $(or $(NB),gpu_figures)
+
 ## pull: a notebook edited on Kaggle back into notebooks/ (refuses over uncommitted edits; FORCE=1)
 pull: $(STAMP)
 	$(PY) -m kagglekit.tools.cli pull $(NB) $(if $(FORCE),--force)
@@ -126,7 +130,7 @@ soak: $(STAMP)
 sandbox: $(STAMP) $(SANDBOX_STAMP)
 	$(PY) -m kagglekit.tools.cli sandbox $(NB) $(if $(CAP),--cap $(CAP)) $(if $(JOBS),--jobs $(JOBS)) $(if $(DATA),--data $(DATA))
 
-## gpu-check: on a CUDA machine, the gpu tests, gpu_figures.py and the sandbox, dated rows into RESULTS.md
+## gpu-check: on a CUDA machine, the gpu tests, the gpu_figures notebook, gpu_figures.py and the sandbox, dated into RESULTS.md
 gpu-check: $(STAMP)
 	$(PY) benchmarks/gpu_check.py
 

@@ -1,9 +1,10 @@
 """`make gpu-check`: everything only a GPU can show, in one command, recorded with date and device.
 
-On a machine with a CUDA GPU: the `gpu`-marked tests, benchmarks/gpu_figures.py and
-`make sandbox` (what push sends, three versions per notebook), each summarised as a dated
-row with the device's name appended to benchmarks/RESULTS.md. Without a GPU it says so
-and exits 0 (CI and laptops run it harmlessly).
+On a machine with a CUDA GPU: the `gpu`-marked tests, the gpu_figures notebook (the write-ups'
+figures on the pipelines' own models: its judged table appended as `make results` appends a
+Kaggle version's), benchmarks/gpu_figures.py and `make sandbox` (what push sends, three
+versions per notebook), each summarised as a dated row with the device's name appended to
+benchmarks/RESULTS.md. Without a GPU it says so and exits 0 (CI and laptops run it harmlessly).
 """
 from __future__ import annotations
 
@@ -34,6 +35,15 @@ def _figures() -> list[str]:
     return [f"gpu_figures.py (exit {code}):", *[f"    {line}" for line in keep]]
 
 
+def _figures_notebook() -> list[str]:
+    code, out = _run([sys.executable, "-m", "kagglekit.tools.cli", "run", "gpu_figures", "--kaggle"])
+    if code != 0:
+        return [f"gpu_figures notebook (exit {code}):", *[f"    {line}" for line in out.splitlines()[-5:]]]
+    sys.path.insert(0, str(REPO))
+    from kagglekit.tools.figuretable import append_local
+    return [f"gpu_figures notebook (exit 0): {append_local(REPO / 'runs' / 'gpu_figures' / 'latest', RESULTS)}"]
+
+
 def _sandbox() -> list[str]:
     code, out = _run([sys.executable, "-m", "kagglekit.tools.cli", "sandbox"])
     lines = [line for line in out.splitlines() if line.startswith("sandbox")]
@@ -48,7 +58,7 @@ def main() -> int:
         return 0
     device = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
     today = datetime.date.today().isoformat()
-    rows = [_tests(), *_figures(), *_sandbox()]
+    rows = [_tests(), *_figures_notebook(), *_figures(), *_sandbox()]
     block = "\n".join([f"\n### gpu-check {today} on {device} (torch {torch.__version__})", "",
                        "```", *rows, "```", ""])
     with RESULTS.open("a") as f:

@@ -22,7 +22,7 @@ _PARTS = {
              "progress", "monitor", "memory", "schedule"],
     "run": ["context", "params", "plots", "metrics", "evaluate", "submission", "folds", "oofio", "blend"],
     "search": ["tune", "sizing", "studyreport", "studystore", "boosting"],
-    "tasks": ["segment3d", "models", "cycles", "text"],
+    "tasks": ["segment3d", "models", "cycles", "text", "figures"],
 }
 _SUBMODULES = {name: f"{part}.{name}" for part, names in _PARTS.items() for name in names}
 _EXPORTS = {

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))  # all eight
+NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))  # all nine
 
 pytestmark = [pytest.mark.slow]
 
@@ -36,7 +36,7 @@ def kernel_env():
 
 @pytest.fixture(scope="session")
 def bench(kernel_env, tmp_path_factory):
-    """The kit's wheel and the wheels dataset, built once (per xdist worker) for all eight."""
+    """The kit's wheel and the wheels dataset, built once (per xdist worker) for all nine."""
     from kagglekit.tools import sandbox
     with _in_repo():
         # two at a time, as `make test`'s two workers run them: each kernel its share of the cores
@@ -137,7 +137,7 @@ def _check_a_later_version(notebook: str, working: Path, folds_left: bool = Fals
     chain = metrics.get("chain", {})
     allowed = {"skipped", "resumed", "cached", "hit"} | ({"computed"} if folds_left else set())
     assert set(chain.values()) <= allowed, (notebook, chain)
-    assert chain or notebook == "gpu_utilization"  # a measurement: nothing to resume
+    assert chain or notebook in ("gpu_utilization", "gpu_figures")  # measurements: nothing to resume
 
 
 def test_a_missing_wheel_fails_in_the_first_cell_naming_the_package_and_the_fix(kernel_env, tmp_path):

@@ -1,5 +1,4 @@
-"""Command line: ``python -m kagglekit.tools.cli COMMAND [NB ...]``, COMMAND one of run, runs, view,
-build, push, status, logs, output, pull, quota, compare."""
+"""Command line: ``python -m kagglekit.tools.cli COMMAND [NB ...]`` (``--help`` lists the commands)."""
 from __future__ import annotations
 
 import argparse
@@ -106,31 +105,8 @@ def cmd_runs(args) -> int:
 
 
 def cmd_view(args) -> int:
-    """The executed notebook as a person sees it: HTML (nbconvert), and a PNG screenshot
-    where a headless Chromium is installed."""
-    import shutil
-    import subprocess
-    for nb in _notebooks(args.notebooks):
-        executed = _latest(Path(args.runs) / nb.stem) / nb.name
-        if not executed.exists():
-            print(f"{nb.stem}: no executed notebook at {executed} (make run NB={nb.stem})",
-                  file=sys.stderr)
-            return 1
-        html = executed.with_suffix(".html")
-        subprocess.run([sys.executable, "-m", "nbconvert", "--to", "html", "--log-level", "ERROR",
-                        str(executed), "--output", html.name], check=True)
-        print(f"{nb.stem}: {html}")
-        browser = next((b for b in ("chromium", "chromium-browser", "google-chrome")
-                        if shutil.which(b)), None)
-        if browser is None:
-            print("  (no headless Chromium here: open the HTML file in a browser)")
-            continue
-        png = html.with_suffix(".png")
-        subprocess.run([browser, "--headless", "--no-sandbox", "--hide-scrollbars",
-                        f"--screenshot={png.resolve()}", "--window-size=1200,6000",
-                        html.resolve().as_uri()], check=True, capture_output=True)
-        print(f"{nb.stem}: {png}")
-    return 0
+    from .view import view
+    return view(_notebooks(args.notebooks), Path(args.runs), _latest)
 
 
 def _names(args) -> list[str]:
@@ -215,15 +191,24 @@ def cmd_pull(args) -> int:
 
 def cmd_compare(args) -> int:
     from .publish.compare import compare_notebook
-    results = [compare_notebook(name, Path(args.runs)) for name in _names(args)]
-    return 0 if all(results) else 1
+    return 0 if all([compare_notebook(name, Path(args.runs)) for name in _names(args)]) else 1
+
+
+def _slug(name: str) -> str:
+    from .publish import metadata
+    return metadata.load(Path("kernel-metadata") / f"{name}.json")["slug"]
 
 
 def cmd_drift(args) -> int:
     from .drift import report
-    from .publish import metadata
-    slugs = [metadata.load(Path("kernel-metadata") / f"{n}.json")["slug"] for n in _names(args)]
-    return 1 if any([report(s, Path(args.runs), Path(args.image), args.rewrite) for s in slugs]) else 0
+    return 1 if any([report(_slug(n), Path(args.runs), Path(args.image), args.rewrite) for n in _names(args)]) else 0
+
+
+def cmd_results(args) -> int:
+    from .figuretable import append_fetched
+    lines = [line for n in _names(args) for line in append_fetched(Path(args.output), _slug(n), Path(args.results))]
+    print("\n".join(lines))
+    return 0
 
 
 def cmd_sandbox(args) -> int:
@@ -268,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
                              ("submit", cmd_submit, "submit a finished competition kernel's submission"),
                              ("score", cmd_score, "a competition kernel's submissions and their scores"),
                              ("compare", cmd_compare, "a local run against the Kaggle run of the same configuration"),
-                             ("drift", cmd_drift, "the packages the Kaggle run had against the sandbox's pins")):
+                             ("drift", cmd_drift, "the packages the Kaggle run had against the sandbox's pins"),
+                             ("results", cmd_results, "fetched gpu_figures tables into benchmarks/RESULTS.md")):
         p = sub.add_parser(name, help=text)
         p.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
         p.set_defaults(func=func)
@@ -280,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "status":
             p.add_argument("--wait", action="store_true", help="poll until done, with back-off")
             p.add_argument("--timeout", type=float, default=12 * 3600)
-        if name in ("output", "submit", "score"):
+        if name in ("output", "submit", "score", "results"):
             p.add_argument("--output", default="runs/kaggle")
         if name == "submit":
             p.add_argument("-m", "--message", default="kagglekit submission", help="submission description")
@@ -288,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--force", action="store_true",
                            help="output: download while RUNNING; pull: overwrite local edits; "
                                 "data: download again")
+        if name == "results":
+            p.add_argument("--results", default="benchmarks/RESULTS.md", help="the file the tables go to")
         if name in ("compare", "drift"):
             p.add_argument("--runs", default="runs")
         if name == "drift":
@@ -298,9 +286,10 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except Exception as err:  # the CLI's errors are messages for a person, not tracebacks
         from ..run.params import ParameterError
+        from .figuretable import FiguresError
         from .publish import build, credentials, kaggle_cli, metadata
         known = (metadata.MetadataError, credentials.CredentialsError, kaggle_cli.KaggleError,
-                 build.BuildError, ParameterError)
+                 build.BuildError, ParameterError, FiguresError)
         if isinstance(err, known):
             print(f"error: {err}", file=sys.stderr)
             return 2

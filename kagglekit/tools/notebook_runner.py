@@ -12,13 +12,14 @@ import ast
 import json
 import os
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
 
 from ..run import params as params_mod
 from ..state import atomic
-from . import runfolders
+from . import borrow, runfolders
 from .publish.data import data_root
 
 
@@ -124,10 +125,12 @@ def _execute(notebook: Path, params: dict, out: Path, timeout_s, progress: bool)
     previous = {k: os.environ.get(k) for k in overrides}
     os.environ.update(overrides)
     try:
-        papermill.execute_notebook(
-            str(notebook), str(running), parameters=params, kernel_name="python3",
-            cwd=str(Path.cwd()), progress_bar=progress, execution_timeout=timeout_s,
-            log_output=False)
+        with tempfile.TemporaryDirectory() as tmp:
+            source = borrow.filled_copy(notebook, Path(tmp))  # another pipeline's model cells, if any
+            papermill.execute_notebook(
+                str(source), str(running), parameters=params, kernel_name="python3",
+                cwd=str(Path.cwd()), progress_bar=progress, execution_timeout=timeout_s,
+                log_output=False)
         os.replace(running, final)
     except BaseException:
         if running.exists():

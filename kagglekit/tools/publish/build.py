@@ -137,9 +137,12 @@ def render(notebook: Path, params: dict, wheel: Path, out: Path,
            extras: dict | None = None, owner: str = "") -> dict:
     """Inject ``params`` (papermill prepare-only), strip local traces, embed the wheel."""
     import papermill
+
+    from ..borrow import filled_copy
     with tempfile.TemporaryDirectory() as tmp:
         prepared = Path(tmp) / notebook.name
-        papermill.execute_notebook(str(notebook), str(prepared), parameters=params,
+        source = filled_copy(notebook, Path(tmp))  # another pipeline's model cells, if it borrows
+        papermill.execute_notebook(str(source), str(prepared), parameters=params,
                                    prepare_only=True, kernel_name="python3", progress_bar=False)
         nb = json.loads(prepared.read_text())
     nb["metadata"].pop("papermill", None)
@@ -192,12 +195,23 @@ def build(name: str, *, metadata_dir=Path("kernel-metadata"), notebooks_dir=Path
     code_file = f"{meta['slug']}.ipynb"
     notebook = Path(notebooks_dir) / f"{meta.get('notebook', name)}.ipynb"
     extras = {name: wheels.wheel_name(name, wheels.pinned(name)) for name in meta.get("wheels", [])}
-    render(notebook, {**meta.get("parameters", {}), **(overrides or {})}, wheel, out / code_file,
+    params = {**meta.get("parameters", {}), **_criteria(meta, notebook), **(overrides or {})}
+    render(notebook, params, wheel, out / code_file,
            meta["machine_shape"], untracked, extras, owner)
     (out / "kernel-metadata.json").write_text(
         json.dumps(metadata.kaggle_metadata(meta, owner, code_file), indent=2) + "\n")
     _refuse_secrets(out)
     return out
+
+
+def _criteria(meta: dict, notebook: Path) -> dict:
+    """The metadata's criteria as the notebook's ``criteria`` parameter (JSON), for a notebook
+    that judges itself (``gpu_figures``); make compare's own keys stay in the metadata."""
+    from ..notebook_runner import declared_parameters
+    if "criteria" not in meta or "criteria" not in declared_parameters(notebook):
+        return {}
+    from ...tasks.figures import TARGETS
+    return {"criteria": json.dumps({k: v for k, v in meta["criteria"].items() if k in dict(TARGETS)})}
 
 
 def _owner_or_placeholder() -> str:
