@@ -20,7 +20,7 @@ _PARTS = {
                 "graph", "textsets", "pretrained"],
     "loop": ["train", "epochs", "step", "fitoptions", "fitstate", "durable", "accel", "cudagraph", "guards",
              "progress", "monitor", "memory", "schedule"],
-    "run": ["context", "params", "plots", "metrics", "evaluate", "submission", "folds", "oofio", "blend"],
+    "run": ["context", "params", "plots", "metrics", "evaluate", "submission", "folds", "oofio", "blend", "serving"],
     "search": ["tune", "sizing", "studyreport", "studystore", "boosting"],
     "tasks": ["segment3d", "models", "cycles", "text", "figures"],
 }
