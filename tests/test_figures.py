@@ -84,6 +84,14 @@ def test_figures_pass_or_fail_against_their_targets_only_on_the_hardware_they_ne
     on_one = {r["figure"]: r["verdict"] for r in figures.judge(rows, figures.targets(""), gpus=1)}
     assert on_one["scaling"] == "not measurable here (needs two GPUs)" and on_one["amp_accuracy"] == "pass"
     assert all(r["verdict"].startswith(("not measurable", "reported")) for r in figures.judge(rows, targets, gpus=0))
+    # one GPU (make gpu-check on a single card): no second run to scale to, the rest measured
+    one_gpu = [{"workload": "w", "run": "1 GPU", "processes": 1, "samples_per_s": 100.0, "grad_sync_share": None}]
+    amp = [{"workload": "w", "run": run, "samples_per_s": sps, "peak_memory_mb": mb, "metric": "val_acc",
+            "val_acc": acc} for run, sps, mb, acc in (("fp32", 100.0, 1000.0, 0.90), ("mixed", 250.0, 500.0, 0.899))]
+    judged = {r["figure"]: r for r in figures.judge(figures.summarise(one_gpu, amp, []), figures.targets(""), gpus=1)}
+    assert judged["scaling"]["value"] is None and judged["scaling"]["verdict"].startswith("not measurable here")
+    assert (judged["amp_memory"]["value"], judged["amp_memory"]["verdict"]) == (0.5, "pass")
+    assert judged["amp_speedup"]["value"] == 2.5 and judged["amp_accuracy"]["value"] == pytest.approx(0.0011, abs=1e-4)
     with pytest.raises(ValueError, match=r"criteria names \['scalling'\]"):
         figures.targets('{"scalling": 1.8}')
 

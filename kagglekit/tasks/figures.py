@@ -105,10 +105,13 @@ def _alone(run, *args) -> dict:
 
 
 def scaling(run, w: Workload, steps: int, warmup: int, processes: int) -> list[dict]:
-    """The workload on one process and on ``processes`` (DDP) at the same global batch."""
-    both = run.launch(measure, w, steps, warmup, nprocs=processes)  # first: before any GPU opens here
+    """The workload on one process and on ``processes`` (DDP) at the same global batch; on one
+    GPU only the first (nothing to scale to)."""
     one, every = ("1 GPU", f"{processes} GPUs") if run.device.type == "cuda" else \
         ("1 process", f"{processes} gloo processes")
+    if processes < 2:
+        return [{**_alone(run, w, steps, warmup), "run": one}]
+    both = run.launch(measure, w, steps, warmup, nprocs=processes)  # first: before any GPU opens here
     return [{**_alone(run, w, steps, warmup), "run": one}, {**both, "run": every}]
 
 
@@ -168,9 +171,10 @@ def summarise(scaled: list[dict], mixed: list[dict], cycles: list[dict]) -> list
     """One row per figure: the workload, the figure's name and its value."""
     rows = []
     for name, runs in _pairs(scaled).items():
-        one, many = sorted(runs.values(), key=lambda r: r["processes"])
-        rows += [{"workload": name, "figure": "scaling", "value": _ratio(many["samples_per_s"], one["samples_per_s"])},
-                 {"workload": name, "figure": "grad_sync_share", "value": many["grad_sync_share"]}]
+        one, *many = sorted(runs.values(), key=lambda r: r["processes"])
+        every = many[-1] if many else {"samples_per_s": None, "grad_sync_share": None}  # one GPU: not measured
+        rows += [{"workload": name, "figure": "scaling", "value": _ratio(every["samples_per_s"], one["samples_per_s"])},
+                 {"workload": name, "figure": "grad_sync_share", "value": every["grad_sync_share"]}]
     for name, runs in _pairs(mixed).items():
         fp32, amp = runs["fp32"], runs["mixed"]
         metric = fp32["metric"]
