@@ -59,7 +59,9 @@ def test_pushing_goes_on_past_a_failure_and_pushing_all_needs_all(tmp_path):
         assert "quickstart: pushed (version 1" in both.stdout  # the second went on
         bad = _cli("push", "quickstart", "--accelerator", "NvidiaTeslaP100", env=env)
         assert bad.returncode == 2 and "retired" in bad.stderr
-    # The refused one was sent, the other went on; the P100 one never reached the server.
+        stand_in = _cli("push", "timeseries_served", env=env)  # the sandbox's competition exists nowhere else
+        assert stand_in.returncode == 2 and "stand-in of an inference-server competition" in stand_in.stderr
+    # The refused one was sent, the other went on; the P100 and the stand-in ones never reached the server.
     assert [b["slug"] for b in kaggle.pushed()] == ["tester/kagglekit-gpu-utilization", KERNEL]
 
 

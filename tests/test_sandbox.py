@@ -15,6 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))  # all nine
+SERVED = "timeseries_served"  # the forecast in an inference-server competition (a kernel-metadata variant)
 
 pytestmark = [pytest.mark.slow]
 
@@ -40,7 +41,7 @@ def bench(kernel_env, tmp_path_factory):
     from kagglekit.tools import sandbox
     with _in_repo():
         # two at a time, as `make test`'s two workers run them: each kernel its share of the cores
-        yield sandbox.prepare(tmp_path_factory.mktemp("box"), NOTEBOOKS, jobs=2)
+        yield sandbox.prepare(tmp_path_factory.mktemp("box"), NOTEBOOKS + [SERVED], jobs=2)
 
 
 @contextlib.contextmanager
@@ -54,7 +55,7 @@ def _in_repo():
 
 
 @pytest.mark.sandbox
-@pytest.mark.parametrize("notebook", NOTEBOOKS)
+@pytest.mark.parametrize("notebook", NOTEBOOKS + [SERVED])
 def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_or_skip(
         bench, notebook):
     """What `make sandbox NB=<notebook>` runs: the build push sends, three versions, and for the
@@ -62,7 +63,7 @@ def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_o
     from kagglekit.tools import sandbox
     with _in_repo():
         outcomes = sandbox.run_notebook(notebook, bench)
-    versions = [1, 2, 3] + (["rerun"] if notebook in ("segmentation_3d", "text_classification") else [])
+    versions = [1, 2, 3] + (["rerun"] if notebook in ("segmentation_3d", "text_classification", SERVED) else [])
     assert [(o.version, o.ok) for o in outcomes] == [(v, True) for v in versions], \
         [o.verdict for o in outcomes]
     for version in (2, 3):  # the GNN's version 2 trains the folds version 1 left (checked below)
@@ -72,6 +73,8 @@ def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_o
         _check_the_scoring_rerun(bench.work / notebook)
     if notebook == "text_classification":
         _check_the_text_rerun(bench.work / notebook)
+    if notebook == SERVED:
+        _check_the_served_rerun(bench.work / notebook)
     if notebook == "gnn_node_classification":
         _check_the_folds_across_versions(bench.work / notebook)
 
@@ -89,6 +92,24 @@ def _check_the_folds_across_versions(runs: Path) -> None:
     assert [cv[2]["chain"][f"cache:gnn-fold{k}"] for k in range(4)] == ["hit", "hit", "computed", "computed"]
     assert cv[2]["cv_gnn"]["pending"] == [] and (runs / "v2" / "working" / "oof.parquet").exists()
     assert {cv[3]["chain"][f"cache:gnn-fold{k}"] for k in range(4)} == {"hit"}
+
+
+def _check_the_served_rerun(runs: Path) -> None:
+    """The forecast served through the competition's own kaggle_evaluation: versions 1-3 through
+    run_local_gateway on the public test set, the scoring rerun through serve() on the hidden one
+    (its own row ids), one date per batch, every row answered by the model within its deadline,
+    the server reached well inside the start-up limit, nothing trained."""
+    import pandas as pd
+    for version, offset in (("v1", 0), ("rerun", 10**6)):
+        working = runs / version / "working"
+        served = json.loads((working / "metrics.json").read_text())["submission"]
+        asked = pd.read_csv(next((runs / version / "input" / "competitions").rglob("test.csv")))
+        submission = pd.read_csv(working / "submission.csv")
+        assert list(submission.columns) == ["id", "sales"] and list(submission["id"]) == list(asked["id"])
+        assert asked["id"].min() >= offset and (submission["sales"] >= 0).all()
+        assert served["batches"] == asked["date"].nunique() == 16 and served["rows"] == len(asked) == 144
+        assert served["fallbacks"] == 0 and served["max_s"] < served["deadline_s"] == 60.0
+        assert served["startup_s"] < served["startup_limit_s"] == 900
 
 
 def _check_the_text_rerun(runs: Path) -> None:

@@ -82,8 +82,8 @@ def test_the_forecast_is_served_batch_by_batch_and_every_row_answered(competitio
 def test_a_start_up_past_the_limit_is_reported_as_the_gateway_reports_it(competition, monkeypatch):
     folder, server, errors = competition
     monkeypatch.setenv("KAGGLE_EVALUATION_STARTUP_LIMIT_S", "0")  # this test process started long ago
-    with pytest.raises(errors.GatewayRuntimeError) as caught:
-        server.ForecastInferenceServer(lambda batch: None).run_local_gateway((str(folder / "test.csv"),))
+    with pytest.raises(errors.GatewayRuntimeError) as caught:  # the scoring rerun: serve()
+        server.ForecastInferenceServer(lambda batch: None).serve()
     assert caught.value.error_type == errors.GatewayRuntimeErrorType.SERVER_NEVER_STARTED
 
 

@@ -114,10 +114,11 @@ def latest(values: torch.Tensor, series, lookback: int) -> Windows:
     return windows
 
 
-def seasonal_naive(windows: Windows, period: int) -> np.ndarray:
+def seasonal_naive(windows: Windows, period: int, horizon: int | None = None) -> np.ndarray:
     """The seasonal-naive forecast of every window: each step repeats the target one season
-    (``period`` steps) before it, from the window's past (``lookback >= period``)."""
-    steps = windows.lookback - period + np.arange(windows.horizon) % period
+    (``period`` steps) before it, from the window's past (``lookback >= period``); ``horizon``
+    steps (default: the windows' own; ``latest``'s have none, their future being unknown)."""
+    steps = windows.lookback - period + np.arange(horizon or windows.horizon) % period
     return windows.past()[:, steps, windows.target].numpy()
 
 

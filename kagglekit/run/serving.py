@@ -16,8 +16,10 @@ batch's time, who answered it and the start-up time, for metrics.json.
 from __future__ import annotations
 
 import concurrent.futures
+import importlib
 import os
 import statistics
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -65,14 +67,66 @@ class Served:
             warnings.warn(f"batch {len(self.batches)}: predict took more than {self.deadline_s - self.margin_s:.3g} s "
                           f"(deadline {self.deadline_s:g} s); answered by the fallback", stacklevel=2)
         self.batches.append({"batch": len(self.batches), "seconds": round(time.perf_counter() - started, 4),
+                             "rows": len(answer) if hasattr(answer, "__len__") else 1,
                              "answered_by": source, "deadline_s": None if exempt else self.deadline_s})
         return answer
 
     def report(self) -> dict:
         """Batches answered, by whom, their times against the deadline: for metrics.json."""
         timed = [b["seconds"] for b in self.batches if b["deadline_s"] is not None] or [0.0]
-        return {"batches": len(self.batches), "fallbacks": sum(b["answered_by"] == "fallback" for b in self.batches),
+        return {"batches": len(self.batches), "rows": sum(b["rows"] for b in self.batches),
+                "fallbacks": sum(b["answered_by"] == "fallback" for b in self.batches),
                 "deadline_s": self.deadline_s, "margin_s": self.margin_s,
                 "median_s": round(statistics.median(timed), 4), "max_s": round(max(timed), 4),
                 "startup_s": None if self.startup_s is None else round(self.startup_s, 1),
                 "startup_limit_s": STARTUP_LIMIT_S, "per_batch": self.batches}
+
+
+def inference_server(folder) -> type | None:
+    """The ``InferenceServer`` class of the competition in ``folder`` (its own
+    ``kaggle_evaluation/*_inference_server.py``, imported from there), or None when the folder
+    is no inference-server competition."""
+    if not folder or not (Path(folder) / "kaggle_evaluation").is_dir():
+        return None
+    servers = sorted((Path(folder) / "kaggle_evaluation").glob("*_inference_server.py"))
+    if len(servers) != 1:
+        raise FileNotFoundError(f"{folder}/kaggle_evaluation holds {len(servers)} *_inference_server.py files; "
+                                "wrap predict in the competition's InferenceServer by hand")
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))  # as the competitions' own notebooks import it
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # /kaggle/input is read-only
+    try:
+        module = importlib.import_module(f"kaggle_evaluation.{servers[0].stem}")
+        base = importlib.import_module("kaggle_evaluation.core.templates").InferenceServer
+    finally:
+        sys.dont_write_bytecode = writes
+    return next(v for v in vars(module).values() if isinstance(v, type) and issubclass(v, base) and v is not base)
+
+
+def lookup(predictions, keys: list[str], target: str):
+    """``predict(batch)`` answering each row of a test batch from precomputed ``predictions``
+    (a row per ``keys``: series and time stamp, matched as the file competitions' test.csv is)."""
+    import pandas as pd
+
+    from .submission import row_keys
+    table = predictions.assign(_key=row_keys(predictions, keys)).set_index("_key")[target]
+
+    def predict(batch):
+        answers = table.reindex(row_keys(batch, keys))
+        if answers.isna().any():
+            raise KeyError(f"the gateway asked for rows the forecast does not cover, e.g. "
+                           f"{batch[keys].iloc[int(answers.isna().to_numpy().argmax())].to_dict()}")
+        return pd.DataFrame({target: answers.to_numpy()})
+    return predict
+
+
+def serve(folder, predict, fallback, deadline_s: float, *, margin_s: float | None = None,
+          data_paths: tuple | None = None) -> dict:
+    """``predict`` (``Served``, with ``fallback`` ``margin_s`` before each deadline: by default
+    a quarter of it, at most 10 s) behind the competition's own InferenceServer: ``serve()`` in
+    Kaggle's scoring rerun, ``run_local_gateway`` on the public test set otherwise; the report."""
+    from ..machine.env import competition_rerun
+    served = Served(predict, fallback, deadline_s, margin_s=min(10.0, deadline_s / 4) if margin_s is None else margin_s)
+    server = inference_server(folder)(served)
+    server.serve() if competition_rerun() else server.run_local_gateway(data_paths)
+    return served.report()

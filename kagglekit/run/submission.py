@@ -132,7 +132,7 @@ def _check_values(frame, column: str, kind: str | None, name: str) -> None:
                         f"{_plain(values.iloc[i])!r} is not a date")
 
 
-def _keys(frame, columns: list) -> list[tuple]:
+def row_keys(frame, columns: list) -> list[tuple]:
     """Each row's key as a tuple of strings (a sample read from CSV and a frame built in
     memory compare alike: 7 and "7", 2024-01-05 and Timestamp('2024-01-05'))."""
     import pandas as pd
@@ -148,7 +148,7 @@ def _keys(frame, columns: list) -> list[tuple]:
 
 
 def _check_ids(frame, schema: Schema, name: str) -> None:
-    keys = _keys(frame, schema.id_columns)
+    keys = row_keys(frame, schema.id_columns)
     seen: dict = {}
     for i, key in enumerate(keys):
         if key in seen:
@@ -156,7 +156,7 @@ def _check_ids(frame, schema: Schema, name: str) -> None:
         seen[key] = i
     if schema.ids is None:
         return
-    wanted = _keys(schema.ids, schema.id_columns)
+    wanted = row_keys(schema.ids, schema.id_columns)
     allowed = set(wanted)
     for i, key in enumerate(keys):
         if key not in allowed:
@@ -197,8 +197,8 @@ def for_competition(predictions, folder: Path | str | None, keys: list, target: 
     if missing_keys:
         raise SubmissionError(f"{folder / 'test.csv'} has no column {missing_keys[0]!r} to match "
                               f"the predictions by (its columns: {list(rows.columns)[:10]})")
-    merged = rows.assign(_key=_keys(rows, keys)).merge(
-        predictions.assign(_key=_keys(predictions, keys))[["_key", target]], on="_key", how="left")
+    merged = rows.assign(_key=row_keys(rows, keys)).merge(
+        predictions.assign(_key=row_keys(predictions, keys))[["_key", target]], on="_key", how="left")
     lacking = merged[target].isna().to_numpy()
     if lacking.any():
         first = merged[lacking].iloc[0]
@@ -222,3 +222,9 @@ def write(frame, path: Path | str, schema: Schema) -> dict:
           f"{'the sample submission' if schema.ids is not None else 'its declared format'}")
     return {"file": path.name, "rows": rows, "columns": list(schema.columns),
             "id_columns": list(schema.id_columns), "format": against}
+
+
+def write_for(predictions, folder, keys: list, target: str, path: Path | str) -> dict:
+    """``predictions`` in the competition's format (``for_competition``), checked, written to ``path``."""
+    frame, schema = for_competition(predictions, folder, keys, target)
+    return write(frame, path, schema)

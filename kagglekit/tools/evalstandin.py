@@ -104,6 +104,7 @@ class BaseGateway:
 
 TEMPLATES = '''"""Stand-in of kaggle_evaluation.core.templates (kagglekit.tools.evalstandin)."""
 import os
+import warnings
 from pathlib import Path
 
 from kaggle_evaluation.core.base_gateway import (BaseGateway, GatewayRuntimeError,  # noqa: F401
@@ -129,24 +130,26 @@ class InferenceServer:
     def __init__(self, *endpoint_listeners):
         self.endpoint_listeners = endpoint_listeners
 
-    def _started_in_time(self):
+    def _run(self, data_paths):
+        gateway = self._get_gateway_for_test(data_paths)
+        gateway.endpoint = self.endpoint_listeners[0]
+        gateway.run()
+
+    def serve(self):
+        # The scoring rerun's gateway waits STARTUP_LIMIT_SECONDS for the server, then fails.
         limit = float(os.getenv("KAGGLE_EVALUATION_STARTUP_LIMIT_S", STARTUP_LIMIT_SECONDS))
         age = _process_age()
         if age > limit:
             raise GatewayRuntimeError(GatewayRuntimeErrorType.SERVER_NEVER_STARTED,
                                       f"the inference server was not serving {limit:g} s after the notebook "
                                       f"started ({age:.0f} s)")
-
-    def _run(self, data_paths):
-        self._started_in_time()
-        gateway = self._get_gateway_for_test(data_paths)
-        gateway.endpoint = self.endpoint_listeners[0]
-        gateway.run()
-
-    def serve(self):
         self._run(None)  # the real one blocks while the gateway's container sends the hidden test set
 
     def run_local_gateway(self, data_paths=None, file_share_dir=None, *args, **kwargs):
+        if _process_age() > STARTUP_LIMIT_SECONDS:  # as the real one: a warning here, a failure in the rerun
+            warnings.warn("this notebook took more than 15 minutes to reach the inference server: in the "
+                          "scoring rerun serve() must be reached within that (load slow models in the first "
+                          "predict call)")
         self._run(data_paths)
 '''
 
@@ -161,9 +164,12 @@ from kaggle_evaluation.core.templates import Gateway
 HERE = Path(__file__).resolve().parents[1]
 
 
+ROW_ID, TIME, TARGET = {row_id!r}, {time!r}, {target!r}
+
+
 class ForecastGateway(Gateway):
     def __init__(self, data_paths=None):
-        super().__init__(data_paths, target_column_name="target", row_id_column_name="row_id")
+        super().__init__(data_paths, target_column_name=TARGET, row_id_column_name=ROW_ID)
         self.set_response_timeout_seconds(60)
 
     def unpack_data_paths(self):
@@ -171,13 +177,13 @@ class ForecastGateway(Gateway):
 
     def generate_data_batches(self):
         test = pd.read_csv(self.test_path)
-        for _, batch in test.groupby("date", sort=True):
-            yield (batch.reset_index(drop=True),), batch["row_id"].reset_index(drop=True)
+        for _, batch in test.groupby(TIME, sort=True):
+            yield (batch.reset_index(drop=True),), batch[ROW_ID].reset_index(drop=True)
 
     def write_submission(self, predictions, row_ids):
-        frame = pd.DataFrame({"row_id": pd.concat(row_ids, ignore_index=True),
-                              "target": pd.concat([pd.Series(p["target"] if isinstance(p, pd.DataFrame) else p)
-                                                   for p in predictions], ignore_index=True)})
+        frame = pd.DataFrame({{ROW_ID: pd.concat(row_ids, ignore_index=True),
+                              TARGET: pd.concat([pd.Series(p[TARGET] if isinstance(p, pd.DataFrame) else p)
+                                                 for p in predictions], ignore_index=True)}})
         frame.to_csv(Path(os.getenv("KAGGLEKIT_OUTPUT", ".")) / "submission.csv", index=False)
 '''
 
@@ -192,12 +198,14 @@ class ForecastInferenceServer(kaggle_evaluation.core.templates.InferenceServer):
 '''
 
 
-def write(folder: Path) -> Path:
-    """``folder/kaggle_evaluation/``: the stand-in package, as a competition's data carries it."""
+def write(folder: Path, row_id: str = "row_id", time: str = "date", target: str = "target") -> Path:
+    """``folder/kaggle_evaluation/``: the stand-in package, as a competition's data carries it;
+    its gateway sends test.csv's rows one ``time`` at a time and writes ``row_id,target``."""
     package = Path(folder) / PACKAGE
     (package / "core").mkdir(parents=True, exist_ok=True)
     files = {"__init__.py": "", "core/__init__.py": "", "core/base_gateway.py": BASE_GATEWAY,
-             "core/templates.py": TEMPLATES, "forecast_gateway.py": FORECAST_GATEWAY,
+             "core/templates.py": TEMPLATES,
+             "forecast_gateway.py": FORECAST_GATEWAY.format(row_id=row_id, time=time, target=target),
              "forecast_inference_server.py": SERVER}
     for name, text in files.items():
         (package / name).write_text(text)

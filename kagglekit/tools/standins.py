@@ -170,6 +170,25 @@ def store_sales(folder: Path, hidden: bool = False, stores: int = 3, days: int =
     return folder
 
 
+def served_store_sales(folder: Path, hidden: bool = False) -> Path:
+    """The sandbox's inference-server competition (no Kaggle competition has this slug): Store
+    Sales' files (``store_sales``, every quirk kept) served as Mitsui 2025 and Jane Street 2024
+    serve theirs: ``kaggle_evaluation/`` beside the data (``evalstandin``: its gateway sends
+    test.csv one date at a time, enforces the start-up limit and each batch's deadline, writes
+    ``id,sales``), no ``sample_submission.csv`` (the gateway writes the submission). The hidden
+    variant: the same dates and series, other row ids, as a rerun's hidden test set would carry."""
+    import pandas as pd
+
+    from . import evalstandin
+    store_sales(folder)
+    (Path(folder) / "sample_submission.csv").unlink()
+    if hidden:
+        test = pd.read_csv(Path(folder) / "test.csv")
+        test.assign(id=test["id"] + 10**6).to_csv(Path(folder) / "test.csv", index=False)
+    evalstandin.write(folder, row_id="id", time="date", target="sales")
+    return Path(folder)
+
+
 # The two rules of the real train.csv (their exact text), and rules only a test set has
 RULES = ("No Advertising: Spam, referral links, unsolicited advertising, and promotional content are not allowed.",
          "No legal advice: Do not offer or request legal advice.")
@@ -218,9 +237,10 @@ def community_rules(folder: Path, hidden: bool = False, rows: int = 480, test: i
     return folder
 
 
+SERVED = "kagglekit-served-store-sales"  # a stand-in only: push refuses a kernel that attaches it
 # Stand-ins by the source a kernel attaches: a competition's slug or a dataset's owner/slug.
 STAND_INS = {"vesuvius-challenge-surface-detection": vesuvius, "ellipticco/elliptic-data-set": elliptic,
-             "store-sales-time-series-forecasting": store_sales,
+             "store-sales-time-series-forecasting": store_sales, SERVED: served_store_sales,
              "jigsaw-agile-community-rules": community_rules}
 
 

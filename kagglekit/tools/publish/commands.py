@@ -45,6 +45,12 @@ def push_all(names: list[str], accelerator: str, sessions: int = SESSIONS, sleep
     if problem:
         print(f"error: --accelerator: {problem}", file=sys.stderr)
         return 2
+    from ..standins import SERVED
+    stand_ins = [n for n in names if SERVED in metadata.load(METADATA_DIR / f"{n}.json").get("competition_sources", [])]
+    if stand_ins:
+        print(f"error: {', '.join(stand_ins)} attach {SERVED}, the sandbox's stand-in of an inference-server "
+              "competition (make sandbox NB=...); on Kaggle, attach a real one", file=sys.stderr)
+        return 2
     owner = credentials.username()  # before any work: a push needs an account
     folders = [build(name, owner=owner) for name in names]
     try:
