@@ -11,7 +11,7 @@ P ?=
 PYTEST_ARGS ?=
 TEST_JOBS ?= 2
 
-.PHONY: help setup lab run runs view test sandbox gpu-check soak bench lint clean build push status logs output pull quota compare submit score data drift results
+.PHONY: help setup lab run runs view test sandbox gpu-check soak bench lint clean build push status logs output pull quota compare submit score data drift results publish
 
 # V=1: keep the warnings the kit silences because they carry nothing for the user.
 ifdef V
@@ -105,6 +105,10 @@ score: $(STAMP)
 ## drift: the packages the Kaggle run really had (make output first) against sandbox/kaggle-image.txt (NB=name, REWRITE=1: adopt them)
 drift: $(STAMP)
 	$(PY) -m kagglekit.tools.cli drift $(NB) $(if $(REWRITE),--rewrite)
+
+## publish: a finished run's weights (no optimizer state; OPTIMIZER=1 keeps it) as <owner>/<slug>-weights, for inference kernels (NB=, RUN=<folder>)
+publish: $(STAMP)
+	$(PY) -m kagglekit.tools.cli publish $(NB) $(if $(RUN),--run $(RUN)) $(if $(OPTIMIZER),--optimizer)
 
 ## results: the gpu_figures tables make output fetched, each version once, into benchmarks/RESULTS.md (NB=gpu_figures)
 results: $(STAMP)

@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 _PARTS = {
     "machine": ["env", "gpus", "forksafe", "precision", "budget", "inputs", "display", "signals", "packages"],
     "parallel": ["ranks", "forked", "launcher", "ranklog", "loaders", "batches"],
-    "state": ["atomic", "rng", "space", "identity", "cache", "snapshot", "checkpoint", "carry"],
+    "state": ["atomic", "rng", "space", "identity", "cache", "snapshot", "checkpoint", "carry", "published"],
     "readers": ["tiff", "volumecache", "volumes", "graphsets", "timeseries", "windows", "tables", "datasets",
                 "graph", "textsets", "pretrained"],
     "loop": ["train", "epochs", "step", "fitoptions", "fitstate", "durable", "accel", "cudagraph", "guards",

@@ -57,7 +57,7 @@ def _in_repo():
 @pytest.mark.sandbox
 @pytest.mark.parametrize("notebook", NOTEBOOKS + [SERVED])
 def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_or_skip(
-        bench, notebook):
+        bench, notebook, tmp_path, monkeypatch):
     """What `make sandbox NB=<notebook>` runs: the build push sends, three versions, and for the
     competition kernel Kaggle's scoring rerun on the hidden test set."""
     from kagglekit.tools import sandbox
@@ -71,8 +71,12 @@ def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_o
         _check_a_later_version(notebook, bench.work / notebook / f"v{version}" / "working", folds_left)
     if notebook == "segmentation_3d":
         _check_the_scoring_rerun(bench.work / notebook)
+        monkeypatch.setenv("KAGGLEKIT_BUILD", str(tmp_path / "build"))  # make publish's folder: not the checkout
+        _check_the_inference_kernel(bench, notebook)
     if notebook == "text_classification":
         _check_the_text_rerun(bench.work / notebook)
+        monkeypatch.setenv("KAGGLEKIT_BUILD", str(tmp_path / "build"))
+        _check_the_inference_kernel(bench, notebook)
     if notebook == SERVED:
         _check_the_served_rerun(bench.work / notebook)
     if notebook == "gnn_node_classification":
@@ -92,6 +96,40 @@ def _check_the_folds_across_versions(runs: Path) -> None:
     assert [cv[2]["chain"][f"cache:gnn-fold{k}"] for k in range(4)] == ["hit", "hit", "computed", "computed"]
     assert cv[2]["cv_gnn"]["pending"] == [] and (runs / "v2" / "working" / "oof.parquet").exists()
     assert {cv[3]["chain"][f"cache:gnn-fold{k}"] for k in range(4)} == {"hit"}
+
+
+def _check_the_inference_kernel(bench, trained: str) -> None:
+    """Train in one kernel, predict in another: version 3's weights published (make publish's
+    folder, mounted where Kaggle mounts the dataset), the inference-only variant's versions and
+    scoring rerun verify them against the manifest, train nothing, and write a checked submission
+    (segmentation: every test volume in submission.zip; text: every test row, the sample's columns)."""
+    import pandas as pd
+
+    from kagglekit.tasks.segment3d import check_submission
+    from kagglekit.tools import sandbox
+    from kagglekit.tools.publish import weights
+    infer = f"{trained}_infer"
+    with _in_repo():
+        weights.assemble(trained, bench.work / trained / "v3" / "working")
+        outcomes = sandbox.run_notebook(infer, bench)
+    assert [(o.version, o.ok) for o in outcomes] == [(1, True), (2, True), (3, True), ("rerun", True)], \
+        [o.verdict for o in outcomes]
+    for version in ("v1", "rerun"):
+        working = bench.work / infer / version / "working"
+        metrics = json.loads((working / "metrics.json").read_text())
+        folds = 1 if trained == "segmentation_3d" else 5  # one training, or the text's five folds
+        assert [p["files"] for p in metrics["published"]] == [2 * folds + 1]  # payloads, sidecars, metrics.json
+        slug = f"kagglekit-{trained.replace('_', '-')}-weights"
+        assert f"/input/datasets/sandbox/{slug}" in metrics["published"][0]["folder"]
+        assert "fit" not in metrics and not (working / "checkpoints").exists()  # nothing trained, nothing saved
+        if trained == "segmentation_3d":
+            test_ids = metrics["submission"]["test_ids"]
+            assert check_submission(working / "submission.zip", dict.fromkeys(test_ids)) == len(test_ids) > 0
+        else:
+            asked = pd.read_csv(next((bench.work / infer / version / "input" / "competitions").rglob("test.csv")))
+            submission = pd.read_csv(working / "submission.csv")
+            assert list(submission["row_id"]) == list(asked["row_id"])
+            assert submission["rule_violation"].between(0, 1).all()
 
 
 def _check_the_served_rerun(runs: Path) -> None:

@@ -211,6 +211,16 @@ def cmd_results(args) -> int:
     return 0
 
 
+def cmd_publish(args) -> int:
+    from .publish.weights import publish
+    names = _names(args) if args.notebooks else []
+    if len(names) != 1:
+        print("error: name the one kernel whose weights to publish (make publish NB=segmentation_3d)", file=sys.stderr)
+        return 2
+    print(publish(names[0], args.run, args.optimizer, args.message))
+    return 0
+
+
 def cmd_sandbox(args) -> int:
     from .sandbox import sandbox
     return sandbox(_names(args), cap=args.cap, keep=Path(args.keep) if args.keep else None,
@@ -254,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
                              ("score", cmd_score, "a competition kernel's submissions and their scores"),
                              ("compare", cmd_compare, "a local run against the Kaggle run of the same configuration"),
                              ("drift", cmd_drift, "the packages the Kaggle run had against the sandbox's pins"),
-                             ("results", cmd_results, "fetched gpu_figures tables into benchmarks/RESULTS.md")):
+                             ("results", cmd_results, "fetched gpu_figures tables into benchmarks/RESULTS.md"),
+                             ("publish", cmd_publish, "a finished run's weights as a dataset for inference kernels")):
         p = sub.add_parser(name, help=text)
         p.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
         p.set_defaults(func=func)
@@ -274,6 +285,10 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--force", action="store_true",
                            help="output: download while RUNNING; pull: overwrite local edits; "
                                 "data: download again")
+        if name == "publish":
+            p.add_argument("--run", default="", help="the run folder (default: the newest finished one)")
+            p.add_argument("--optimizer", action="store_true", help="keep the optimizer's state too")
+            p.add_argument("-m", "--message", default="", help="the dataset version's notes")
         if name == "results":
             p.add_argument("--results", default="benchmarks/RESULTS.md", help="the file the tables go to")
         if name in ("compare", "drift"):
@@ -287,9 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # the CLI's errors are messages for a person, not tracebacks
         from ..run.params import ParameterError
         from .figuretable import FiguresError
-        from .publish import build, credentials, kaggle_cli, metadata
+        from .publish import build, credentials, kaggle_cli, metadata, weights
         known = (metadata.MetadataError, credentials.CredentialsError, kaggle_cli.KaggleError,
-                 build.BuildError, ParameterError, FiguresError)
+                 build.BuildError, ParameterError, FiguresError, weights.PublishError)
         if isinstance(err, known):
             print(f"error: {err}", file=sys.stderr)
             return 2

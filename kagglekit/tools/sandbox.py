@@ -220,7 +220,7 @@ def rerun_verdict(metrics: dict, root: Path) -> tuple[bool, str]:
 
 def _sources(meta: dict, bench: Bench, hidden: bool = False) -> dict:
     from .standins import mounts
-    return mounts(meta, bench.work, bench.data, hidden)
+    return mounts(meta, bench.work, bench.data, hidden, OWNER)
 
 
 def _versions(name: str, meta: dict, notebook: Path, bench: Bench, cap: int) -> list[Outcome]:

@@ -244,7 +244,7 @@ STAND_INS = {"vesuvius-challenge-surface-detection": vesuvius, "ellipticco/ellip
              "jigsaw-agile-community-rules": community_rules}
 
 
-def mounts(meta: dict, work: Path, data: Path | None = None, hidden: bool = False) -> dict:
+def mounts(meta: dict, work: Path, data: Path | None = None, hidden: bool = False, owner: str = "sandbox") -> dict:
     """``{target under the inputs: (folder, link)}``: the kernel's competition, dataset and
     model sources mounted as Kaggle mounts them: the competitor's own copy (``data``) for the
     first, else the stand-in of its layout; a Kaggle Model (``owner/model/framework/variation/N``)
@@ -264,11 +264,25 @@ def mounts(meta: dict, work: Path, data: Path | None = None, hidden: bool = Fals
             sources[target] = (data, True)
         else:
             sources[target] = (make(dataset, work / "datasets" / dataset), False)
+    if meta.get("weights_from"):
+        sources.update(_published(meta["weights_from"], owner))
     for handle in meta.get("model_sources", []):
         from ..readers.textsets import write_standin_model
         arch = "llama" if any(k in handle.lower() for k in ("llama", "qwen", "gemma", "mistral")) else "bert"
         sources[f"models/{handle}"] = (write_standin_model(work / "models", arch), False)
     return sources
+
+
+def _published(name: str, owner: str) -> dict:
+    """``make publish NB=<name>``'s folder, exactly what it uploaded, where Kaggle mounts the dataset."""
+    from ..state.published import MANIFEST
+    from .publish import metadata, weights
+    trained = metadata.load(Path("kernel-metadata") / f"{name}.json")
+    folder = weights.folder_for(trained)
+    if not (folder / MANIFEST).exists():
+        raise NoStandIn(f"no published weights of {name} at {folder}: make publish NB={name} first "
+                        "(the sandbox mounts what it published)")
+    return {f"datasets/{owner}/{weights.weights_slug(trained)}": (folder, False)}
 
 
 def make(source: str, folder: Path, hidden: bool = False) -> Path:

@@ -19,7 +19,7 @@ _MODEL = re.compile(r"^[^/\s]+/[^/\s]+/[^/\s]+/[^/\s]+/\d+$")
 KNOWN = {"slug", "title", "notebook", "is_private", "enable_internet", "enable_tpu",
          "machine_shape", "docker_image_pinning_type", "dataset_sources", "competition_sources",
          "kernel_sources", "model_sources", "keywords", "resume_from_previous_version",
-         "parameters", "sandbox", "wheels", "code_competition", "criteria"}
+         "parameters", "sandbox", "wheels", "code_competition", "criteria", "weights_from"}
 PINNING = ("original", "latest")  # keep the image a kernel first ran on, or take the newest
 
 
@@ -87,6 +87,10 @@ def validate(meta: dict, path: Path, notebooks_dir: Path = Path("notebooks")) ->
                                              "uploaded)"))
     _check_parameters(meta, notebook, problems)
     _check_criteria(meta.get("criteria", {}), problems)
+    source = meta.get("weights_from")
+    if source is not None and not (path.parent / f"{source}.json").exists():
+        problems.append(("weights_from", f"{source!r} names no kernel in {path.parent}/: the kernel whose "
+                                         "make publish weights this one predicts with"))
     wheels = meta.get("wheels", [])
     if not (isinstance(wheels, list) and all(isinstance(w, str) and w for w in wheels)):
         problems.append(("wheels", "must be a list of package names Kaggle's image lacks "
@@ -154,6 +158,9 @@ def kaggle_metadata(meta: dict, owner: str, code_file: str) -> dict:
     datasets = list(meta.get("dataset_sources", []))
     if meta.get("wheels") and f"{owner}/kagglekit-wheels" not in datasets:
         datasets.append(f"{owner}/kagglekit-wheels")
+    if meta.get("weights_from"):  # make publish's dataset of that kernel (tools.publish.weights)
+        trained = json.loads(Path(f"kernel-metadata/{meta['weights_from']}.json").read_text())["slug"]
+        datasets.append(f"{owner}/{trained}-weights")
     kernel_sources = list(meta.get("kernel_sources", []))
     if meta.get("resume_from_previous_version") and kernel_id not in kernel_sources:
         kernel_sources.append(kernel_id)  # mounts this kernel's last output: the resume chain

@@ -120,10 +120,16 @@ def manifest(folder: Path) -> dict:
 def publish(folder: Path, owner: str, message: str, timeout_s: float = 600) -> str:
     """Create or version ``<owner>/kagglekit-wheels`` from ``folder`` (unless Kaggle already
     has these exact wheels) and wait until it is ready; what was done, in words."""
+    return publish_folder(folder, f"{owner}/{SLUG}", manifest(folder), message, timeout_s)
+
+
+def publish_folder(folder: Path, ref: str, wanted: dict, message: str, timeout_s: float = 600,
+                   dir_mode: str = "skip") -> str:
+    """Create or version the dataset ``ref`` from ``folder`` with the real kaggle CLI, unless its
+    last upload had the very content ``wanted`` (a digest per file); wait until it is ready.
+    ``dir_mode`` "zip": each sub-folder uploaded as an archive, which Kaggle unpacks."""
     from .kaggle_cli import KaggleError, run_cli
-    ref = f"{owner}/{SLUG}"
     record = folder / ".published.json"
-    wanted = manifest(folder)
     try:
         run_cli("datasets", "status", ref)
         exists = True
@@ -136,9 +142,9 @@ def publish(folder: Path, owner: str, message: str, timeout_s: float = 600) -> s
     with tempfile.TemporaryDirectory(prefix="kagglekit-upload-") as tmp:
         if exists:
             out = run_cli("datasets", "version", "-p", str(folder), "-m", message, "--dir-mode",
-                          "skip", env={"TMPDIR": tmp})
+                          dir_mode, env={"TMPDIR": tmp})
         else:
-            out = run_cli("datasets", "create", "-p", str(folder), "--dir-mode", "skip",
+            out = run_cli("datasets", "create", "-p", str(folder), "--dir-mode", dir_mode,
                           env={"TMPDIR": tmp})
     refused = re.search(r"creation error: (.*)", out)  # the CLI says so, yet exits 0
     if refused:

@@ -1,0 +1,88 @@
+"""make publish: a finished run's weights through the real kaggle CLI to the loopback server, without
+the optimizer's state, with a manifest; a kernel attaching them verifies every file first."""
+import io
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from test_roundtrip import FakeKaggle, _cli, _env, build_in_tmp  # noqa: F401 (the fixture)
+
+import kagglekit as kk
+from kagglekit.state import published
+
+WEIGHTS = "tester/kagglekit-segmentation-3d-weights"
+
+
+def finished_run(folder: Path) -> Path:
+    """A run folder as a finished training leaves it: an earlier and a final checkpoint (each with
+    the optimizer's, scheduler's and RNG state), one unfinished training beside them, metrics.json."""
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 4)).sum().backward()
+    optimizer.step()
+    for name, steps in (("unet3d/abc123", (10, 20)), ("other/def456", (5,))):
+        manager = kk.checkpoint.CheckpointManager(folder / "checkpoints" / name)
+        for step in steps:
+            manager.save(kk.checkpoint.snapshot(model, optimizer), step=step, final=step == 20)
+    (folder / "metrics.json").write_text(json.dumps({"config": {"patch": 96}, "summary": [
+        {"result": "validation Dice", "value": 0.61, "passed": True}]}))
+    return folder
+
+
+def _zip_members(blob: bytes) -> dict:
+    with zipfile.ZipFile(io.BytesIO(blob)) as z:
+        return {name: z.read(name) for name in z.namelist() if not name.endswith("/")}
+
+
+@pytest.mark.slow
+def test_make_publish_uploads_the_final_weights_without_optimizer_state_and_their_manifest(tmp_path):
+    run = finished_run(tmp_path / "run")
+    with FakeKaggle() as kaggle:
+        env = _env(kaggle, tmp_path)
+        done = _cli("publish", "segmentation_3d", "--run", str(run), env=env)
+        assert done.returncode == 0, done.stderr
+        assert f"{WEIGHTS}: created" in done.stdout and "without optimizer state" in done.stdout
+        uploaded = kaggle.datasets[WEIGHTS]["versions"][-1]
+        assert kaggle.datasets[WEIGHTS]["private"]
+    assert set(uploaded) == {"checkpoints.zip", "metrics.json", "kagglekit-manifest.json"}
+    members = _zip_members(uploaded["checkpoints.zip"])
+    payloads = [n for n in members if n.endswith(".pt")]  # the final one only; the unfinished training left out
+    assert len(payloads) == 1 and payloads[0].endswith("unet3d/abc123/step-00000020.pt")
+    state = torch.load(io.BytesIO(members[payloads[0]]), weights_only=True)
+    assert set(state) == {"model"}  # no optimizer, scheduler or RNG state
+    manifest = json.loads(uploaded["kagglekit-manifest.json"])
+    assert manifest["config"] == {"patch": 96} and manifest["headline"][0]["value"] == 0.61
+    assert manifest["source"].startswith("local run ") and manifest["optimizer_state"] is False
+    import hashlib
+    listed = {Path(name).name: digest for name, digest in manifest["files"].items()}
+    assert listed["step-00000020.pt"] == hashlib.sha256(members[payloads[0]]).hexdigest()
+
+
+def test_an_attached_publication_is_verified_and_a_tampered_file_refused_by_name(tmp_path, monkeypatch):
+    from kagglekit.tools.publish import weights
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # kernel-metadata/ is read from the checkout
+    folder, _ = weights.assemble("segmentation_3d", finished_run(tmp_path / "run"))
+    inputs = tmp_path / "input" / "datasets" / "tester"
+    inputs.mkdir(parents=True)
+    mounted = inputs / "kagglekit-segmentation-3d-weights"
+    import shutil
+    shutil.copytree(folder, mounted)
+    monkeypatch.setenv("KAGGLEKIT_INPUT", str(tmp_path / "input"))
+    from kagglekit.machine import inputs as inputs_mod
+    inputs_mod.forget()  # a new input tree in this process
+    checked = published.verify_inputs()
+    assert [c["files"] for c in checked] == [3]  # payload, sidecar, metrics.json
+    found = kk.checkpoint.CheckpointManager(tmp_path / "working" / "checkpoints" / "unet3d").search_roots
+    assert found == [mounted / "checkpoints" / "unet3d"]  # the notebook's own checkpoints find them
+    payload = next(mounted.rglob("*.pt"))
+    data = payload.read_bytes()
+    payload.write_bytes(data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])  # one byte changed
+    with pytest.raises(published.TamperedError, match=f"{payload.name}: its sha256 differs"):
+        published.verify(mounted)
+    os.remove(payload)
+    with pytest.raises(published.TamperedError, match=f"{payload.name}: listed in .* but missing"):
+        published.verify(mounted)
+    inputs_mod.forget()
