@@ -77,6 +77,13 @@ def test_an_attached_publication_is_verified_and_a_tampered_file_refused_by_name
     assert [c["files"] for c in checked] == [3]  # payload, sidecar, metrics.json
     found = kk.checkpoint.CheckpointManager(tmp_path / "working" / "checkpoints" / "unet3d").search_roots
     assert found == [mounted / "checkpoints" / "unet3d"]  # the notebook's own checkpoints find them
+    old_layout = tmp_path / "old" / "kagglekit-segmentation-3d-weights"  # /kaggle/input/<slug>, before 2026
+    shutil.copytree(folder, old_layout)
+    monkeypatch.setenv("KAGGLEKIT_INPUT", str(tmp_path / "old"))
+    inputs_mod.forget()
+    assert [c["folder"] for c in published.verify_inputs()] == [str(old_layout)]
+    found = kk.checkpoint.CheckpointManager(tmp_path / "working" / "checkpoints" / "unet3d").search_roots
+    assert found == [old_layout / "checkpoints" / "unet3d"]
     payload = next(mounted.rglob("*.pt"))
     data = payload.read_bytes()
     payload.write_bytes(data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])  # one byte changed

@@ -44,6 +44,7 @@ def test_a_first_push_whose_self_source_is_not_valid_yet_records_its_version(tmp
         second = _cli("push", "quickstart", env=env)  # the kernel exists now: attached, no warning
         assert second.returncode == 0 and "not attached" not in second.stderr
         assert "version 2" in second.stdout
+        assert "its first version's image kept (docker_image_pinning_type: original)" in second.stdout
 
 
 @pytest.mark.slow

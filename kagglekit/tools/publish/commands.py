@@ -86,7 +86,10 @@ def _push_one(name: str, folder: Path, accelerator: str) -> tuple[str, str, str]
         return name, "FAILED", str(err).splitlines()[0]
     for line in pushed.warnings + pushed.problems:
         print(f"{name}: warning: {line}", file=sys.stderr)
-    print(f"pushed {folder.name}: version {pushed.version} -> {pushed.url}", flush=True)
+    pinning = json.loads((folder / "kernel-metadata.json").read_text()).get("docker_image_pinning_type")
+    image = ("its first version's image kept (docker_image_pinning_type: original)" if pinning == "original"
+             else "Kaggle's newest image (docker_image_pinning_type: latest)")
+    print(f"pushed {folder.name}: version {pushed.version} -> {pushed.url}; {image}", flush=True)
     state = "pushed with problems" if pushed.problems else "pushed"
     return name, state, f"version {pushed.version} -> {pushed.url}"
 
