@@ -25,7 +25,9 @@ def test_gpu_figures_on_cpu_fills_every_row_and_judges_no_target_a_pass(tmp_path
     scaled = m["measurements"]["scaling"]  # the same global batch on 1 process, then split over 2
     assert [(r["processes"], r["batch_per_process"]) for r in scaled] == [(1, 8), (2, 4), (1, 128), (2, 64)]
     assert all(r["samples_per_s"] > 0 and r["peak_memory_mb"] is not None for r in scaled)
-    assert [r["precision"] for r in m["measurements"]["precision"]] == ["fp32", "bf16"] * 2  # CPU autocast
+    precisions = m["measurements"]["precision"]  # one process at the per-GPU batch, fp32 then CPU autocast
+    assert [(r["precision"], r["batch_per_process"]) for r in precisions] == [("fp32", 4), ("bf16", 4),
+                                                                              ("fp32", 64), ("bf16", 64)]
     by_workload = {}
     for f in m["figures"]:
         by_workload.setdefault(f["workload"], set()).add(f["figure"])

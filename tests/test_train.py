@@ -100,6 +100,29 @@ def test_time_budget_stops_with_a_checkpoint_before_the_deadline(tmp_path):
     assert again.resumed_from == found.path.as_posix() and again.stopped == "completed"
 
 
+def test_a_slow_first_save_still_ends_before_the_deadline(tmp_path, monkeypatch):
+    """The save a stop ends with is the run's first (no timed save before it): its time unknown,
+    the stop must leave room for it anyway. A disk that takes 0.4 s per save, 2.5 s of budget:
+    without an estimate of the first save the loop ran until 0.06 s were left and overran."""
+    ds, model = _setup()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ckpt = CheckpointManager(tmp_path, search=[])
+    save = CheckpointManager.save
+
+    def slow_save(self, *args, **kwargs):
+        time.sleep(0.4)
+        return save(self, *args, **kwargs)
+    monkeypatch.setattr(CheckpointManager, "save", slow_save)
+    budget = kk.Budget(2.5)
+
+    def slow_loss(m, batch):
+        time.sleep(0.03)
+        return LOSS(m, batch)
+    result = kk.fit(model, opt, data.make_loader(ds, 8, num_workers=0), slow_loss, epochs=50,
+                    checkpoints=ckpt, time_budget=budget, save_every_min=None, progress=False)
+    assert result.stopped == "time_budget" and budget.remaining() > 0 and result.steps > 5
+
+
 def test_finished_training_is_not_repeated(tmp_path):
     ds, model = _setup()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -39,6 +39,12 @@ class RolledBack(Exception):
     """The loop state was replaced by an earlier one: go on from where it now stands."""
 
 
+# Before the first save its time is unknown; a stop at the time budget must still leave room for
+# the save it ends with: the whole state fsynced at a slow disk's pace, and never under a floor.
+FIRST_SAVE_FLOOR_S = 0.5
+SLOW_DISK_BYTES_PER_S = 100e6
+
+
 class Durable:
     def __init__(self, parts: Parts, checkpoints: CheckpointManager | None, *,
                  config: dict | None = None, early_stopping=None, save_frozen: bool = True):
@@ -49,6 +55,7 @@ class Durable:
         self.resumed_from = self.last_checkpoint = self.extended = None
         self.last_save = time.monotonic()
         self.save_s = 0.0  # duration of the last save
+        self._first_save_estimate = None
         self.guard = guards.NonFiniteGuard()
         self.initial = None  # the start as bytes, where automatic fp16 may roll back to it
 
@@ -70,6 +77,16 @@ class Durable:
         timed = save_every_min is not None and \
             time.monotonic() - self.last_save >= save_every_min * 60
         return timed or self.state.save_requested
+
+    def expected_save_s(self) -> float:
+        """How long the next save should take: the last one's time, or before any an estimate
+        from the state's size (a slow disk), at least ``FIRST_SAVE_FLOOR_S``."""
+        if self.save_s or self.checkpoints is None:
+            return self.save_s
+        if self._first_save_estimate is None:
+            from ..state.space import state_bytes
+            self._first_save_estimate = max(FIRST_SAVE_FLOOR_S, state_bytes(self.snapshot()) / SLOW_DISK_BYTES_PER_S)
+        return self._first_save_estimate
 
     def save(self, final: bool = False) -> None:
         """Checkpoint the current state (rank 0 writes; every rank checks it is finite)."""

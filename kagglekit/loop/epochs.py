@@ -109,7 +109,7 @@ class EpochLoop:
             return None
         # Room for the steps until the next decision and a save, with a safety factor.
         short = not self.durability.time_budget.allows(
-            2 * self.every * self.step_s + 2 * self.keeper.save_s)
+            2 * self.every * self.step_s + 2 * self.keeper.expected_save_s())
         flags = [short, st.stop_requested, self.keeper.due(self.durability.save_every_min),
                  signals.stop_requested()]
         if st.step % AGREE_EVERY == 0:  # under DDP every decision: one collective for all

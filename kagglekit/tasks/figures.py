@@ -47,8 +47,13 @@ class Workload:
     loss_fn: Callable  # kk.fit's loss_fn(model, batch)
     evaluate: Callable  # (loader, device) -> evaluate(model) -> dict, as kk.evaluate's
     metric: str  # the key of evaluate's dict compared across precisions (higher is better)
-    batch_size: int  # global: the pipeline's per-GPU batch times Kaggle's two GPUs
+    per_gpu: int  # the pipeline's batch per GPU
     lr: float = 1e-3
+
+    @property
+    def batch_size(self) -> int:
+        """The global batch of the scaling runs: the per-GPU batch on Kaggle's two T4s."""
+        return 2 * self.per_gpu
 
 
 def _sync(device) -> None:
@@ -69,13 +74,13 @@ def _allreduce_s(model, device, repeats: int = 5) -> float:
     return statistics.median(times[1:])
 
 
-def measure(run, w: Workload, steps: int, warmup: int, precision=None) -> dict:
+def measure(run, w: Workload, steps: int, warmup: int, precision=None, batch: int | None = None) -> dict:
     """One rank's part of a measurement: ``warmup`` steps, then ``steps`` timed ones, then the
-    metric on the validation set; the global batch is split over the ranks."""
+    metric on the validation set; ``batch`` (default the workload's global one) split over the ranks."""
     from .. import fit, make_loader
     from ..loop import memory
     device, world = run.device, run.world_size
-    per_rank = max(1, w.batch_size // world)
+    per_rank = max(1, (batch or w.batch_size) // world)
     torch.manual_seed(0)
     model = w.build()
     optimizer = torch.optim.AdamW(model.parameters(), lr=w.lr)
@@ -121,8 +126,9 @@ def mixed_precision(device_type: str) -> str:
 
 
 def precisions(run, w: Workload, steps: int, warmup: int, device_type: str) -> list[dict]:
-    """The workload on one process in fp32 and in mixed precision, the same steps each."""
-    return [{**_alone(run, w, steps, warmup, p), "run": name}
+    """The workload on one process at its per-GPU batch, in fp32 and in mixed precision, the
+    same steps each."""
+    return [{**_alone(run, w, steps, warmup, p, w.per_gpu), "run": name}
             for name, p in (("fp32", "fp32"), ("mixed", mixed_precision(device_type)))]
 
 
