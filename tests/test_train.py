@@ -79,18 +79,23 @@ def test_strict_compile_raises_instead_of_falling_back():
         compiled.run(lambda m: m(torch.randn(2, 16)))
 
 
-def test_time_budget_stops_with_a_checkpoint_before_the_deadline(tmp_path):
+def _fit_until(budget, ckpt: CheckpointManager):
+    """A fit of 30 ms steps and many epochs, stopped by ``budget``: (data, model, optimizer, result)."""
     ds, model = _setup()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    ckpt = CheckpointManager(tmp_path, search=[])
-    budget = kk.Budget(1.5)
 
     def slow_loss(m, batch):
         time.sleep(0.03)
         return LOSS(m, batch)
-
     result = kk.fit(model, opt, data.make_loader(ds, 8, num_workers=0), slow_loss, epochs=50,
                     checkpoints=ckpt, time_budget=budget, save_every_min=None, progress=False)
+    return ds, model, opt, result
+
+
+def test_time_budget_stops_with_a_checkpoint_before_the_deadline(tmp_path):
+    ckpt = CheckpointManager(tmp_path, search=[])
+    budget = kk.Budget(1.5)
+    ds, model, opt, result = _fit_until(budget, ckpt)
     assert result.stopped == "time_budget" and budget.remaining() > 0
     found, state = ckpt.load_latest()
     assert found.step == result.steps and not found.meta["final"]
@@ -104,9 +109,6 @@ def test_a_slow_first_save_still_ends_before_the_deadline(tmp_path, monkeypatch)
     """The save a stop ends with is the run's first (no timed save before it): its time unknown,
     the stop must leave room for it anyway. A disk that takes 0.4 s per save, 2.5 s of budget:
     without an estimate of the first save the loop ran until 0.06 s were left and overran."""
-    ds, model = _setup()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    ckpt = CheckpointManager(tmp_path, search=[])
     save = CheckpointManager.save
 
     def slow_save(self, *args, **kwargs):
@@ -114,12 +116,7 @@ def test_a_slow_first_save_still_ends_before_the_deadline(tmp_path, monkeypatch)
         return save(self, *args, **kwargs)
     monkeypatch.setattr(CheckpointManager, "save", slow_save)
     budget = kk.Budget(2.5)
-
-    def slow_loss(m, batch):
-        time.sleep(0.03)
-        return LOSS(m, batch)
-    result = kk.fit(model, opt, data.make_loader(ds, 8, num_workers=0), slow_loss, epochs=50,
-                    checkpoints=ckpt, time_budget=budget, save_every_min=None, progress=False)
+    *_, result = _fit_until(budget, CheckpointManager(tmp_path, search=[]))
     assert result.stopped == "time_budget" and budget.remaining() > 0 and result.steps > 5
 
 
