@@ -107,8 +107,10 @@ class EpochLoop:
             return Stop.MAX_STEPS
         if st.step % self.every:
             return None
-        # Room for the steps until the next decision and a save, with a safety factor.
-        short = not self.durability.time_budget.allows(
+        # Room for the steps until the next decision and a save, with a safety factor (no
+        # deadline: nothing to estimate).
+        budget = self.durability.time_budget
+        short = budget.deadline is not None and not budget.allows(
             2 * self.every * self.step_s + 2 * self.keeper.expected_save_s())
         flags = [short, st.stop_requested, self.keeper.due(self.durability.save_every_min),
                  signals.stop_requested()]

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from ..machine.packages import normalise
+from .runfolders import fetched_versions
 
 IMAGE = Path("sandbox/kaggle-image.txt")
 NEVER_REWRITTEN = {"torch"}  # a CUDA build on Kaggle; the sandbox's CPU stand-in stays
@@ -54,12 +55,10 @@ def rewrite(text: str, diffs: list[dict], source: str) -> str:
 
 def latest_run(runs_root: Path, slug: str) -> tuple[Path, dict] | None:
     """The newest downloaded version of kernel ``slug`` that recorded its packages."""
-    versions = sorted((runs_root / "kaggle" / slug).glob("v*/metrics.json"),
-                      key=lambda p: int(p.parent.name[1:]) if p.parent.name[1:].isdigit() else -1)
-    for path in reversed(versions):
-        metrics = json.loads(path.read_text())
+    for folder in reversed(fetched_versions(runs_root / "kaggle" / slug)):
+        metrics = json.loads((folder / "metrics.json").read_text())
         if metrics.get("packages", {}).get("imported"):
-            return path.parent, metrics
+            return folder, metrics
     return None
 
 

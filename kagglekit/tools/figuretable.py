@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from ..state import atomic
+from .runfolders import fetched_versions
 
 RESULTS = Path("benchmarks/RESULTS.md")
 
@@ -52,15 +53,9 @@ def append(results: Path, metrics: dict, source: str) -> bool:
     return True
 
 
-def fetched_versions(root: Path, slug: str) -> list[Path]:
-    """``v<N>`` folders of ``slug`` that hold a metrics.json, oldest version first."""
-    folders = [p.parent for p in (root / slug).glob("v*/metrics.json") if p.parent.name[1:].isdigit()]
-    return sorted(folders, key=lambda p: int(p.name[1:]))
-
-
 def append_fetched(root: Path, slug: str, results: Path = RESULTS) -> list[str]:
     """Every fetched version of ``slug`` not yet in ``results``; the lines said about each."""
-    versions = fetched_versions(root, slug)
+    versions = fetched_versions(root / slug)
     if not versions:
         raise FiguresError(f"no fetched version of {slug} under {root}/{slug}/: run "
                            f"`make output NB=gpu_figures` after the kernel finished")

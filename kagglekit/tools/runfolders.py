@@ -87,3 +87,10 @@ def headline_text(summary: list[dict]) -> str:
         mark = {True: " (pass)", False: " (FAIL)"}.get(h.get("passed"), "")
         parts.append(f"{h['result']} {value}{vs}{mark}")
     return "; ".join(parts)
+
+
+def fetched_versions(kernel_folder: Path) -> list[Path]:
+    """``make output``'s ``v<N>`` folders of one kernel (``runs/kaggle/<slug>``) that hold a
+    metrics.json, oldest version first."""
+    found = [p.parent for p in Path(kernel_folder).glob("v*/metrics.json") if p.parent.name[1:].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[1:]))

@@ -20,6 +20,7 @@ import torch
 
 from ...state import atomic, published
 from ...state.checkpoint import Found, _scan, load
+from ..runfolders import fetched_versions
 from . import build, credentials, metadata, wheels
 
 PREDICTS_WITH = ("model", "model_part")  # what restoring weights reads; the rest continues a training
@@ -45,10 +46,8 @@ def _finished(folder: Path) -> bool:
 
 def source_run(name: str, meta: dict, runs: Path = Path("runs")) -> Path:
     """The newest fetched Kaggle version that finished, else the newest local run."""
-    fetched = sorted((p for p in (runs / "kaggle" / meta["slug"]).glob("v*") if p.name[1:].isdigit()),
-                     key=lambda p: int(p.name[1:]), reverse=True)
     local = runs / meta.get("notebook", name) / "latest"
-    for folder in [*fetched, local]:
+    for folder in [*reversed(fetched_versions(runs / "kaggle" / meta["slug"])), local]:
         if _finished(folder):
             return folder
     raise PublishError(f"no finished run of {name}: make output NB={name} (a Kaggle version) or "
