@@ -11,7 +11,7 @@ P ?=
 PYTEST_ARGS ?=
 TEST_JOBS ?= 2
 
-.PHONY: help setup lab run runs view test sandbox gpu-check soak bench lint clean build push status logs output pull quota compare submit score data drift results publish
+.PHONY: help setup lab run runs view test sandbox gpu-bundle gpu-check soak bench lint clean build push status logs output pull quota compare submit score data drift results publish
 
 # V=1: keep the warnings the kit silences because they carry nothing for the user.
 ifdef V
@@ -47,9 +47,9 @@ $(LAB_STAMP): setup/lab-requirements.txt $(STAMP)
 lab: $(LAB_STAMP)
 	KAGGLEKIT_RUNS=$(CURDIR)/runs/lab $(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
-## run: execute the notebooks locally into runs/<NB>/<config>/ (NB=name, P="epochs=3 seed=1", KAGGLE=1: Kaggle's parameters)
+## run: execute the notebooks locally into runs/<NB>/<config>/ (NB=name, P="epochs=3 seed=1", KAGGLE=1: Kaggle's parameters, AS=t4: a bigger CUDA card as a T4)
 run: $(STAMP)
-	$(PY) -m kagglekit.tools.cli run $(NB) $(if $(KAGGLE),--kaggle) $(foreach p,$(P),-p $(p))
+	$(if $(AS),KAGGLEKIT_AS=$(AS)) $(PY) -m kagglekit.tools.cli run $(NB) $(if $(KAGGLE),--kaggle) $(foreach p,$(P),-p $(p))
 
 ## runs: every local run (one folder per configuration) with its status and headline results
 runs: $(STAMP)
@@ -134,9 +134,14 @@ soak: $(STAMP)
 sandbox: $(STAMP) $(SANDBOX_STAMP)
 	$(PY) -m kagglekit.tools.cli sandbox $(NB) $(if $(CAP),--cap $(CAP)) $(if $(JOBS),--jobs $(JOBS)) $(if $(DATA),--data $(DATA))
 
-## gpu-check: on a CUDA machine, the gpu tests, the gpu_figures notebook, gpu_figures.py and the sandbox, dated into RESULTS.md
-gpu-check: $(STAMP)
-	$(PY) benchmarks/gpu_check.py
+## gpu-bundle: the wheels a lent GPU's image lacks (cp312, manylinux x86-64), with a manifest, in .gpu-bundle/ (at most 56 MiB)
+gpu-bundle: $(STAMP)
+	$(PY) benchmarks/gpu_bundle.py --out .gpu-bundle
+
+## gpu-check: on a CUDA machine's python3 (GPU_PYTHON=): the bundle installed, each check in its process, a report in runs/gpu-check (DRY=1: the dry run here)
+GPU_PYTHON ?= python3
+gpu-check: gpu-bundle
+	$(if $(DRY),$(PY),$(GPU_PYTHON)) benchmarks/gpu_check.py --bundle .gpu-bundle --out runs/gpu-check $(if $(DRY),--dry-run)
 
 ## bench: measured ratios against baselines taken in the same run
 bench: $(STAMP)
@@ -147,6 +152,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/gnn_cora.py
 	$(PY) benchmarks/gnn_switches.py
 	$(PY) benchmarks/ddp_step.py
+	$(PY) benchmarks/launch_start.py
 	$(PY) benchmarks/patch_loader.py
 	$(PY) benchmarks/text_finetune.py
 	$(PY) benchmarks/gpu_figures.py

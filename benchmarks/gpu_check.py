@@ -1,70 +1,111 @@
-"""`make gpu-check`: everything only a GPU can show, in one command, recorded with date and device.
+"""`make gpu-check`: on a lent GPU, in one call, every check only a GPU can make, with a report.
 
-On a machine with a CUDA GPU: the `gpu`-marked tests, the gpu_figures notebook (the write-ups'
-figures on the pipelines' own models: its judged table appended as `make results` appends a
-Kaggle version's), benchmarks/gpu_figures.py and `make sandbox` (what push sends, three
-versions per notebook), each summarised as a dated row with the device's name appended to
-benchmarks/RESULTS.md. Without a GPU it says so and exits 0 (CI and laptops run it harmlessly).
+    python3 benchmarks/gpu_check.py --bundle .gpu-bundle --out <folder>   # on the device
+    python3 benchmarks/gpu_check.py --bundle .gpu-bundle --dry-run        # here, without CUDA
+
+The lent machine's python3 has a CUDA torch, transformers and PyG but no network and not the
+rest (`make gpu-bundle` brings it as wheels). This installs the bundle into a temporary target
+(`--no-index`), records the image's versions and their drift from the project's pins, then runs
+each check in a process of its own, most fault-prone first, with its own time limit; one failing
+never hides the rest. The report (`report.json`) and the dated block for benchmarks/RESULTS.md
+(`results.md`) go to `--out`.
+
+The dry run, on a machine without CUDA, installs the bundle into a fresh target beside the
+project's CPU torch, imports everything every notebook imports, runs one notebook's smoke on the
+CPU, and exits 0 saying "no CUDA". No CPU torch for Python 3.12 comes from the registries, so it
+runs on this interpreter: the wheels built for another (cp312) are checked by their tags instead.
 """
 from __future__ import annotations
 
+import argparse
 import datetime
-import re
+import json
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "RESULTS.md"
+CHECKS = (("notebooks", 200), ("resume", 90), ("oom", 60), ("graphs", 60), ("lora", 60),
+          ("precision", 90), ("nccl", 60), ("gpu_tests", 180))  # most fault-prone first
+CANNOT = ("two NCCL ranks and cuda:1 (one card)", "the T4's own speed and numerics",
+          "PCIe between two cards", "Kaggle's 4 vCPUs and 29 GB host memory")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_checks import setup  # noqa: E402 (this folder's)
 
 
-def _run(args: list[str], timeout: float = 3600) -> tuple[int, str]:
-    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-    return done.returncode, done.stdout + done.stderr
+def run_check(name: str, limit_s: int, env: dict) -> dict:
+    """One check in its own process: its verdict line, its time, its output's tail on failure."""
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_checks" / f"{name}.py")],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=limit_s)
+        out, code = done.stdout + done.stderr, done.returncode
+    except subprocess.TimeoutExpired as err:
+        out, code = f"{err.stdout or ''}{err.stderr or ''}", None
+    ended = f"over {limit_s} s" if code is None else f"exit {code}"
+    verdict = next((json.loads(line[7:]) for line in reversed(out.splitlines()) if line.startswith("RESULT ")),
+                   {"ok": False, "error": f"no verdict ({ended})"})
+    verdict.update(check=name, seconds=round(time.monotonic() - started, 1))
+    if not verdict["ok"]:
+        verdict["tail"] = out.strip().splitlines()[-12:]
+    return verdict
 
 
-def _tests() -> str:
-    code, out = _run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider"])
-    tail = [line for line in out.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
-    return f"gpu-marked tests: {tail[-1] if tail else 'no summary'} (exit {code})"
-
-
-def _figures() -> list[str]:
-    code, out = _run([sys.executable, "benchmarks/gpu_figures.py"])
-    keep = [line.strip() for line in out.splitlines() if "ratio" in line or ":" in line[:4]]
-    return [f"gpu_figures.py (exit {code}):", *[f"    {line}" for line in keep]]
-
-
-def _figures_notebook() -> list[str]:
-    code, out = _run([sys.executable, "-m", "kagglekit.tools.cli", "run", "gpu_figures", "--kaggle"])
-    if code != 0:
-        return [f"gpu_figures notebook (exit {code}):", *[f"    {line}" for line in out.splitlines()[-5:]]]
-    sys.path.insert(0, str(REPO))
-    from kagglekit.tools.figuretable import append_local
-    return [f"gpu_figures notebook (exit 0): {append_local(REPO / 'runs' / 'gpu_figures' / 'latest', RESULTS)}"]
-
-
-def _sandbox() -> list[str]:
-    code, out = _run([sys.executable, "-m", "kagglekit.tools.cli", "sandbox"])
-    lines = [line for line in out.splitlines() if line.startswith("sandbox")]
-    return [f"make sandbox (exit {code}):", *[f"    {line}" for line in lines or out.splitlines()[-5:]]]
+def block(found: dict, results: list[dict]) -> str:
+    """The dated block for RESULTS.md: the device, the versions, one line per check."""
+    v = found["versions"]
+    lines = [f"### gpu-check {datetime.date.today().isoformat()} on {v.get('device')} "
+             f"(driver {v.get('driver')}, torch {v.get('torch')}, CUDA {v.get('cuda')}, "
+             f"transformers {v.get('transformers')}, torch-geometric {v.get('torch_geometric')})", "",
+             "| check | verdict | seconds | figures |", "| --- | --- | --- | --- |"]
+    for r in results:
+        figures = {k: val for k, val in r.items() if k not in ("check", "ok", "seconds", "tail")}
+        lines.append(f"| {r['check']} | {'pass' if r['ok'] else 'FAIL'} | {r['seconds']} | "
+                     f"{json.dumps(figures, default=str)[:600]} |")
+    drift = "; ".join(f"{k} {a} (pinned {b})" for k, (a, b) in found["drift"].items()) or "none"
+    lines += ["", f"Drift from the project's pins: {drift}.",
+              f"What one card cannot check: {'; '.join(CANNOT)}.", ""]
+    return "\n".join(lines)
 
 
 def main() -> int:
-    import torch
-    if not torch.cuda.is_available():
-        print("gpu-check: no CUDA GPU on this machine: nothing to measure (the gpu-marked tests, "
-              "gpu_figures.py and the sandbox on a GPU need one). Exit 0.")
-        return 0
-    device = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
-    today = datetime.date.today().isoformat()
-    rows = [_tests(), *_figures_notebook(), *_figures(), *_sandbox()]
-    block = "\n".join([f"\n### gpu-check {today} on {device} (torch {torch.__version__})", "",
-                       "```", *rows, "```", ""])
-    with RESULTS.open("a") as f:
-        f.write(block)
-    print(block)
-    return 1 if any("exit 0)" not in r and "(exit" in r for r in rows) else 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bundle", default=str(REPO / ".gpu-bundle"))
+    ap.add_argument("--out", default="")
+    ap.add_argument("--dry-run", action="store_true", help="no CUDA here: install, import, one smoke")
+    ap.add_argument("--only", default="", help="comma-separated checks (default: all)")
+    args = ap.parse_args()
+    out = Path(args.out or tempfile.mkdtemp(prefix="gpu-check-"))
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="gpu-check-site-") as target:
+        return check(args, out, Path(target))
+
+
+def check(args, out: Path, target: Path) -> int:
+    installed = setup.install(Path(args.bundle), target, dry_run=args.dry_run)
+    env = setup.child_env(target)
+    found = {"bundle": installed, **setup.versions(env)}
+    if args.dry_run or not found["versions"].get("cuda_available"):
+        found["dry_run"] = setup.dry_run(env, REPO)
+        (out / "report.json").write_text(json.dumps(found, indent=1, default=str) + "\n")
+        ok = found["dry_run"]["ok"]
+        print(f"gpu-check: no CUDA on this machine: the GPU checks were not run. The bundle installed "
+              f"({installed['installed']} wheels, {installed['checked_by_tag']} checked by their tags), "
+              f"{found['dry_run']['imports']} modules imported, the {found['dry_run']['notebook']} "
+              f"smoke {'ran' if ok else 'FAILED'} ({found['dry_run']['seconds']} s). Report: {out / 'report.json'}")
+        return 0 if ok else 1
+    wanted = [c for c in CHECKS if not args.only or c[0] in args.only.split(",")]
+    results = []
+    for name, limit_s in wanted:
+        results.append(run_check(name, limit_s, env))
+        print(f"gpu-check {name}: {'pass' if results[-1]['ok'] else 'FAIL'} ({results[-1]['seconds']} s)", flush=True)
+    found["checks"] = results
+    (out / "report.json").write_text(json.dumps(found, indent=1, default=str) + "\n")
+    (out / "results.md").write_text(block(found, results))
+    print(block(found, results))
+    return 0 if all(r["ok"] for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import importlib
 
-from .machine import forksafe as _forksafe  # noqa: F401 (torch.cuda.is_available() asks NVML: launch forks)
+from .machine import driver as _driver  # noqa: F401 (torch.cuda.is_available() asks NVML, never the driver)
 
 __version__ = "0.1.0"
 
 # The public names, each in the part that owns it (see each part's docstring).
 _PARTS = {
-    "machine": ["env", "gpus", "forksafe", "precision", "budget", "inputs", "display", "signals", "packages"],
-    "parallel": ["ranks", "forked", "launcher", "ranklog", "loaders", "batches"],
+    "machine": ["env", "gpus", "driver", "emulate", "ascard", "precision", "cpuhalf", "budget", "inputs",
+                "display", "signals", "packages"],
+    "parallel": ["ranks", "forkserver", "heartbeat", "forked", "launcher", "ranklog", "loaders", "batches"],
     "state": ["atomic", "rng", "space", "identity", "cache", "snapshot", "checkpoint", "carry", "published"],
     "readers": ["tiff", "volumecache", "volumes", "graphsets", "timeseries", "windows", "tables", "datasets",
                 "graph", "textsets", "pretrained"],
-    "loop": ["train", "epochs", "step", "fitoptions", "fitstate", "durable", "accel", "cudagraph", "guards",
+    "loop": ["train", "epochs", "step", "halving", "fitoptions", "fitstate", "durable", "accel", "cudagraph", "guards",
              "progress", "monitor", "memory", "schedule"],
     "run": ["context", "params", "plots", "metrics", "evaluate", "submission", "folds", "oofio", "blend", "serving"],
     "search": ["tune", "sizing", "studyreport", "studystore", "boosting"],

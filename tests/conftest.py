@@ -12,13 +12,20 @@ def pytest_collection_modifyitems(config, items):
     xdist workers (`make test`) end together. Tests marked ``gpu`` run only where CUDA is;
     elsewhere they are skipped, and say so."""
     items.sort(key=lambda item: 0 if "sandbox" in item.keywords else 1 if "slow" in item.keywords else 2)
-    import torch
-    if torch.cuda.is_available():
+    if cuda_here():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none on this machine)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def cuda_here() -> bool:
+    """A real CUDA GPU, asked through NVML: ``torch.cuda.is_available()`` before the kit is
+    imported would open the driver in the pytest process (the kit sets
+    PYTORCH_NVML_BASED_CUDA_CHECK when imported), costing every later test GPU memory."""
+    from kagglekit import emulate, gpus
+    return bool(gpus.inventory()) and not emulate.active()
 
 
 _CHECKOUT = pytest.StashKey[set]()

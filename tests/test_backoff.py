@@ -171,3 +171,100 @@ def test_batches_of_graphs():
 def test_a_batch_of_unknown_kind_says_how_to_make_it_split():
     with pytest.raises(TypeError, match="memory_split"):
         kk.batches.split_batch(object(), 2)
+
+
+# ---- where the memory runs out: the optimizer's first step, validation -----------------------
+
+class _AdamWOutOfMemoryAtFirst(torch.optim.AdamW):
+    """AdamW whose first step runs out of memory while it allocates its moments (one parameter's
+    state half made), as a card with room for the model and its gradients but not yet for the
+    moments, beside the batch's cached activations, would."""
+
+    def step(self, closure=None):
+        if not getattr(self, "failed_once", False):
+            self.failed_once = True
+            first = self.param_groups[0]["params"][0]
+            self.state[first]["step"] = torch.tensor(0.0)
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated in AdamW's first step)")
+        return super().step(closure)
+
+
+def _adamw_fit(optimizer_class, steps: int = 3):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4))
+    data = kk.datasets.tabular(48, features=6, seed=0)
+    result = kk.fit(model, optimizer_class(model.parameters(), lr=0.05), kk.make_loader(data, 16, num_workers=0),
+                    kk.supervised(F.cross_entropy), epochs=1, max_steps=steps, progress=False,
+                    device="cpu")
+    return model.state_dict(), result.oom_events, result.precision
+
+
+@pytest.mark.parametrize("machine", ["", "t4x2"])  # fp32 here; fp16 and its scaler on an emulated T4
+def test_out_of_memory_in_the_optimizer_s_first_step_is_backed_off_to_the_same_weights(machine, monkeypatch):
+    monkeypatch.setenv("KAGGLEKIT_EMULATE", machine)
+    whole, _, precision = _adamw_fit(torch.optim.AdamW)
+    backed_off, events, _ = _adamw_fit(_AdamWOutOfMemoryAtFirst)
+    assert precision == ("fp16" if machine else "fp32")
+    assert events == [{"step": 0, "per_gpu_batch": 8, "in": "optimizer"}]
+    close = {"rtol": 5e-2, "atol": 1e-3} if machine else {"rtol": 1e-5, "atol": 1e-6}  # 16-bit chunks
+    for key in whole:
+        torch.testing.assert_close(backed_off[key], whole[key], **close)
+
+
+class _AdamWOutOfMemoryLater(torch.optim.AdamW):
+    """Out of memory inside an update whose moments exist: some weights may be updated already."""
+
+    def step(self, closure=None):
+        if self.state and float(next(iter(self.state.values()))["step"]) >= 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated mid-update)")
+        return super().step(closure)
+
+
+def test_out_of_memory_inside_a_later_update_says_the_step_cannot_be_taken_again(monkeypatch):
+    with pytest.raises(kk.step.OutOfMemoryFloor, match="inside the optimizer's update at step 1.*"
+                                                       "cannot be taken again"):
+        _adamw_fit(_AdamWOutOfMemoryLater)
+
+
+def test_the_failed_step_is_out_of_scope_when_its_memory_is_freed(monkeypatch):
+    """Freed inside the ``except`` block, the traceback still held the failed step's frames and
+    the activations they reference: nothing was freed."""
+    import sys
+    handling = []
+    free = kk.step.free_after_oom
+    monkeypatch.setattr(kk.step, "free_after_oom", lambda opt: (handling.append(sys.exc_info()[0]), free(opt)))
+    torch.manual_seed(0)
+    batch = (torch.randn(13, 24, 3), torch.randn(13, 5))
+    _one_step(Forecaster(), batch, _oom_above(7, kk.supervised(F.mse_loss)))
+    assert handling == [None]
+
+
+class _EvalOutOfMemoryAbove(nn.Module):
+    """Runs out of memory for evaluation batches larger than ``limit`` (training is untouched)."""
+
+    def __init__(self, inner, limit):
+        super().__init__()
+        self.inner, self.limit = inner, limit
+
+    def forward(self, x):
+        if not self.training and x.shape[0] > self.limit:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated in validation)")
+        return self.inner(x)
+
+
+@pytest.mark.parametrize("through", ["evaluator", "val_loader"])
+def test_validation_out_of_memory_is_answered_by_halving_the_batch(through):
+    def validated(limit):
+        torch.manual_seed(0)
+        model = _EvalOutOfMemoryAbove(nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4)), limit)
+        data = kk.datasets.tabular(60, features=6, seed=0)
+        val = kk.make_loader(kk.datasets.tabular(27, features=6, seed=1), 27, train=False, num_workers=0)
+        how = {"evaluate": kk.evaluate.classification(val, torch.device("cpu"))} \
+            if through == "evaluator" else {"val_loader": val}
+        result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                        kk.make_loader(data, 20, num_workers=0), kk.supervised(F.cross_entropy),
+                        epochs=1, progress=False, device="cpu", precision="fp32", **how)
+        return result.history[-1]
+    whole, halved = validated(limit=100), validated(limit=5)  # 27 -> 13 + 14 -> ... -> <= 5
+    assert halved == pytest.approx({**whole, "seconds": halved["seconds"],
+                                    "samples_per_s": halved["samples_per_s"]})

@@ -112,6 +112,40 @@ def test_snapshot_restore_round_trip_includes_optimizer_and_rng():
     assert opt2.state_dict()["state"][0]["step"] == 1
 
 
+def test_a_resume_on_a_gpu_loads_the_checkpoint_onto_the_cpu_first(tmp_path):
+    """Loaded onto the fit's device, the saved RNG states landed on the GPU and every GPU resume
+    crashed in torch.set_rng_state. The fit's device here stands in for the GPU ("meta": any
+    device but the CPU); the state must come back on the CPU whatever it is."""
+    from kagglekit.loop.durable import Durable
+    from kagglekit.loop.fitstate import Parts
+    from kagglekit.machine import precision
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.Adam(model.parameters())
+    parts = Parts(model, opt, None, precision.Amp(precision.choose("fp32")), torch.device("meta"))
+    manager = CheckpointManager(tmp_path, search=[])
+    manager.save(snapshot(model, opt), step=1)
+    keeper = Durable(parts, manager)
+    found, state = keeper.agreed_latest()
+    tensors = [state["model"]["weight"], state["rng"]["torch"], state["rng"]["numpy"]["keys"]]
+    assert found.step == 1 and all(t.device.type == "cpu" for t in tensors)
+
+
+def test_the_cuda_generator_is_restored_into_the_fit_s_own_card_only(monkeypatch):
+    """A run saved on two GPUs (older checkpoints kept every card's state) resumes on one; a
+    rank resumes from rank 0's save (its own card's state only)."""
+    from kagglekit.state import rng
+    set_on = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, card: set_on.append((int(state[0]), card)))
+    state = rng.capture()
+    state["cuda"] = [torch.tensor([10], dtype=torch.uint8), torch.tensor([11], dtype=torch.uint8)]
+    rng.restore(state, torch.device("cuda:0"))  # on a one-GPU machine
+    state["cuda"] = {0: torch.tensor([20], dtype=torch.uint8)}  # rank 0's save, read by rank 1
+    rng.restore(state, torch.device("cuda:1"))
+    rng.restore(state, torch.device("cpu"))  # a CPU fit sets no card
+    assert set_on == [(10, 0), (20, 1)]
+
+
 def _writing(folder: Path, before: set) -> list[Path]:
     """Temporary checkpoint files being written now (not leftovers of earlier kills)."""
     found = []

@@ -181,6 +181,9 @@ def test_a_forward_of_the_model_own_survives_fit(standin):
 
 
 def _ddp_train(cuda_graphs, oom_backoff):
+    # Each rank starts clean (forked from the kit's server, not from this process), so the
+    # stand-in is put in place in the rank itself.
+    cudagraph.make_graphed_callables, cudagraph.REQUIRE_CUDA = standin_make_graphed_callables, False
     kk.seed_everything(0)
     model = BatchNormNet()
     loader = data.make_loader(datasets.tabular(256, features=16, seed=0), 16, num_workers=0)
@@ -192,7 +195,7 @@ def _ddp_train(cuda_graphs, oom_backoff):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("oom_backoff", [True, False], ids=["manual-sync", "ddp-hooks"])
-def test_under_ddp_replayed_training_equals_eager(standin, oom_backoff):
+def test_under_ddp_replayed_training_equals_eager(oom_backoff):
     """The guard sits on DDP's inner module; DDP's gradient sync sees the replayed grads."""
     eager, _ = kk.launch(_ddp_train, "off", oom_backoff, nprocs=2)
     graphed, status = kk.launch(_ddp_train, "auto", oom_backoff, nprocs=2)

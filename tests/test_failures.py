@@ -31,7 +31,8 @@ def _nan_loss(at_call: int, only_half: bool):
         x, y = batch
         logits = model(x)
         calls["n"] += 1
-        if calls["n"] >= at_call and (logits.dtype == torch.float16 or not only_half):
+        half = logits.dtype in (torch.float16, torch.bfloat16)  # fp16 on a CPU computes in bf16
+        if calls["n"] >= at_call and (half or not only_half):
             return (logits.float().sum() * float("nan"))
         return F.cross_entropy(logits.float(), y)
     return loss_fn
@@ -102,9 +103,11 @@ def test_retention_that_would_not_fit_is_warned_about_before_the_first_save(tmp_
 
 
 def _kill_with(signum, ckpt, step):
+    # 0.2 s a step: the signal lands mid-run even when this process reads the step late (a busy
+    # machine let the job finish all 24 steps before "step 11" was read here).
     proc = subprocess.Popen([sys.executable, str(JOB), "--ckpt", str(ckpt), "--out", "/dev/null",
-                             "--save-every", "none"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                             "--save-every", "none", "--sleep", "0.2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     for line in proc.stdout:
         if line.strip() == f"step {step}":
             proc.send_signal(signum)

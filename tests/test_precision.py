@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+import kagglekit as kk
 from kagglekit import env, precision
 from kagglekit.machine.precision import PrecisionError
 
@@ -55,10 +56,62 @@ def test_report_on_simulated_t4x2_picks_fp16_without_touching_cuda(monkeypatch):
     report = env.describe_machine(verbose=False)
     assert report.precision.name == "fp16"
     assert [g["name"] for g in report.as_dict()["gpus"]] == ["Tesla T4", "Tesla T4"]
-    assert not torch.cuda.is_initialized()  # a fork-based launch must stay possible
+    assert not torch.cuda.is_initialized()  # asking costs the notebook's process no GPU memory
 
 
 def test_report_refuses_bf16_on_simulated_t4(monkeypatch):
     monkeypatch.setenv("KAGGLEKIT_FAKE_GPUS", "Tesla T4:7.5:15")
     with pytest.raises(PrecisionError, match="bf16"):
         env.describe_machine("bf16", verbose=False)
+
+
+def test_the_emulated_t4x2_decides_as_two_t4s_and_computes_fp16_on_the_cpu(monkeypatch):
+    monkeypatch.setenv("KAGGLEKIT_EMULATE", "t4x2")
+    report = env.describe_machine(verbose=False)
+    assert [g.name for g in report.gpus] == ["Tesla T4", "Tesla T4"] and report.as_dict()["cpus"] == 4
+    assert report.precision == precision.Precision("fp16", "cpu", auto=True)
+    assert "t4x2: 2 x Tesla T4" in report.as_dict()["emulated"]
+    assert precision.resolve("auto", torch.device("cpu")).needs_scaler
+    assert kk.ranks.default_device() == torch.device("cpu") and kk.loaders.workers_per_process(2) == 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # a search worker sees its own card only
+    assert [g.index for g in kk.gpus.inventory()] == [0]
+    with precision.Precision("fp16", "cpu").autocast():  # half kernels; an LSTM between: fp32
+        out = torch.nn.LSTM(4, 8, batch_first=True)(torch.nn.Linear(3, 4)(torch.randn(2, 5, 3)))[0]
+        assert out.dtype == torch.float32 and torch.is_autocast_enabled("cpu")
+        assert torch.nn.Linear(8, 2)(out).dtype == kk.cpuhalf.KERNELS == torch.bfloat16
+    monkeypatch.setenv("KAGGLEKIT_EMULATE", "t4x3")
+    with pytest.raises(kk.emulate.EmulationError, match="use t4x2"):
+        env.describe_machine(verbose=False)
+
+
+def test_as_a_t4_a_bigger_card_decides_fp16_and_caps_its_memory_at_15_gib(monkeypatch):
+    monkeypatch.setenv("KAGGLEKIT_FAKE_GPUS", "NVIDIA H100 80GB HBM3:9.0:80")
+    assert env.describe_machine(verbose=False).precision.name == "bf16"
+    monkeypatch.setenv("KAGGLEKIT_AS", "t4")
+    report = env.describe_machine(verbose=False)
+    assert report.precision.name == "fp16" and report.as_dict()["as_card"].startswith("Tesla T4")
+    capped = []  # no CUDA here: the calls the cap makes are recorded
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: type("P", (), {"total_memory": 80 * 2**30}))
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
+                        lambda f, d: capped.append((round(f, 4), str(d))))
+    monkeypatch.setattr(torch.backends.cuda, "enable_flash_sdp", lambda on: capped.append(("flash", on)))
+    monkeypatch.setattr(kk.ascard, "_confined", set())
+    kk.ascard.confine("cuda:0")
+    kk.ascard.confine("cuda:0")  # once per card
+    assert capped == [(0.1875, "cuda:0"), ("flash", False)] and not torch.backends.cuda.matmul.allow_tf32
+
+
+def test_as_a_t4_without_a_cuda_card_is_refused_in_one_line_before_any_kernel(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+    if kk.ranks.cuda_visible():
+        pytest.skip("this machine has a CUDA card: the refusal is for one without")
+    repo = Path(__file__).resolve().parents[1]
+    env_vars = {k: v for k, v in __import__("os").environ.items() if not k.startswith("KAGGLE")}
+    done = subprocess.run([sys.executable, "-m", "kagglekit.tools.cli", "run", "quickstart"], cwd=repo,
+                          env={**env_vars, "KAGGLEKIT_AS": "t4"}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: KAGGLEKIT_AS=t4 needs a CUDA card to behave as a Tesla T4 on, and this machine has none "
+        "(KAGGLEKIT_EMULATE=t4x2 takes Kaggle's T4 x2 decisions on a CPU instead)"]

@@ -23,9 +23,10 @@ def _run(ckpt, out, *extra, env=None):
     return torch.load(out, weights_only=True), proc.stdout
 
 
-def _kill_at(ckpt, step, *extra):
+def _kill_at(ckpt, step, *extra, env=None):
+    import os
     proc = subprocess.Popen([sys.executable, str(JOB), "--ckpt", str(ckpt), "--out", "/dev/null",
-                             *extra], stdout=subprocess.PIPE, text=True)
+                             *extra], stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
     for line in proc.stdout:
         if line.strip() == f"step {step}":
             proc.send_signal(signal.SIGKILL)
@@ -76,3 +77,26 @@ def test_resume_from_a_state_found_only_in_an_attached_input(tmp_path, reference
     _assert_same_weights(resumed["model"], reference["model"])
     # The new version writes its own checkpoints; the input stays untouched.
     assert list((root / "working" / "checkpoints" / "job").rglob("step-*.pt"))
+
+
+T4X2 = {"KAGGLEKIT_EMULATE": "t4x2"}
+
+
+def test_under_the_emulated_t4x2_fp16_and_its_scaler_resume_bitwise(tmp_path):
+    """The T4's road on the CPU: fp16 autocast with a GradScaler, its state saved and resumed
+    through the code a GPU run uses (the scaler's scale and growth tracker included)."""
+    reference, _ = _run(tmp_path / "ref", tmp_path / "ref.pt", env=T4X2)
+    assert reference["precision"] == "fp16"
+    _kill_at(tmp_path / "ckpt", 13, env=T4X2)
+    resumed, _ = _run(tmp_path / "ckpt", tmp_path / "out.pt", env=T4X2)
+    assert resumed["resumed_from"] is not None and resumed["precision"] == "fp16"
+    _assert_same_weights(resumed["model"], reference["model"])
+
+
+def test_an_fp32_run_moved_to_a_t4_resumes_under_fp16_with_a_fresh_scaler(tmp_path, reference):
+    """Saved where the scaler was off (fp32: its state is empty), resumed on a T4 (fp16 needs
+    one): before, GradScaler.load_state_dict raised "The source state dict is empty"."""
+    _kill_at(tmp_path / "ckpt", 13)
+    resumed, _ = _run(tmp_path / "ckpt", tmp_path / "out.pt", env=T4X2)
+    assert resumed["resumed_from"] is not None and resumed["stopped"] == "completed"
+    assert resumed["precision"] == "fp16"

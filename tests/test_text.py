@@ -70,6 +70,26 @@ def test_4bit_and_a_split_model_are_refused_where_the_machine_cannot_do_them():
     kk.text.refuse(False, "ddp", torch.device("cpu"), 0)
 
 
+def test_a_4bit_base_keeps_non_reentrant_checkpointing_through_peft_s_preparation(models):
+    """peft's prepare_model_for_kbit_training enabled checkpointing again with ``{}``, which torch
+    runs reentrant (and DDP then fails): the kit's preparation keeps it non-reentrant. The
+    stand-in carries the flag bitsandbytes' loading sets (this machine cannot load 4-bit)."""
+    import warnings
+
+    from transformers import AutoModelForSequenceClassification
+    model = AutoModelForSequenceClassification.from_pretrained(models["llama"], num_labels=2)
+    model.is_loaded_in_4bit = True
+    model = kk.text.prepare_quantized(model, gradient_checkpointing=True)
+    layers = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False)]
+    assert layers and all(m._gradient_checkpointing_func.keywords == {"use_reentrant": False}
+                          for m in layers)
+    model.train()
+    ids = torch.randint(1, 40, (2, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # torch warns when the choice is left open
+        model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=torch.tensor([0, 1])).loss.backward()
+
+
 # ---- the competition's files -------------------------------------------------------------------
 def test_the_competition_is_read_with_its_quirks_and_a_missing_column_is_named(tmp_path):
     folder = textsets.write_competition(tmp_path / "c", 60, 20, probabilities=True)

@@ -270,3 +270,28 @@ def test_the_epoch_loss_is_the_mean_of_its_step_losses_across_a_resume_between_t
     assert [h["train_loss"] for h in resumed.history] == pytest.approx(
         [sum(steps[:50]) / 50, sum(steps[50:]) / 50], rel=1e-6)
     assert [h["train_loss"] for h in resumed.history] == pytest.approx(means, rel=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["tuple", "dict", "graphs"])
+def test_the_validation_loss_is_the_mean_over_samples_not_over_batches(kind):
+    """Batches of 5 and 1 samples: the loss is the mean of the six samples' losses, whatever
+    the batch kind (it was a mean of batch means for dict batches, every token batch)."""
+    from torch_geometric.data import Batch, Data
+
+    from kagglekit.loop.validation import evaluate_loss
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    x, y = torch.randn(6, 3), torch.randn(6, 1)
+    per_sample = F.mse_loss(model(x), y, reduction="none").flatten()
+    if kind == "graphs":  # one node per graph: a graph's sample is its node
+        graphs = [Data(x=x[i:i + 1], y=y[i:i + 1], edge_index=torch.zeros(2, 0, dtype=torch.long)) for i in range(6)]
+        batches = [Batch.from_data_list(graphs[:5]), Batch.from_data_list(graphs[5:])]
+        loss_fn = lambda m, b: F.mse_loss(m(b.x), b.y)  # noqa: E731
+    else:
+        parts = [(x[:5], y[:5]), (x[5:], y[5:])]
+        batches = parts if kind == "tuple" else [{"x": a, "y": b} for a, b in parts]
+        loss_fn = kk.supervised(F.mse_loss) if kind == "tuple" else (lambda m, b: F.mse_loss(m(b["x"]), b["y"]))
+    with torch.no_grad():
+        loss = evaluate_loss(model, batches, loss_fn, torch.device("cpu"))["val_loss"]
+    assert loss == pytest.approx(per_sample.mean().item(), rel=1e-6)
+    assert loss != pytest.approx((per_sample[:5].mean() + per_sample[5]).item() / 2, rel=1e-3)

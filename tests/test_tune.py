@@ -39,6 +39,15 @@ def test_two_workers_complete_exactly_n_distinct_trials(tmp_path):
     assert "tune_history.png" in summary["plots"]
 
 
+def test_a_finished_search_starts_no_worker_in_a_later_session(tmp_path, monkeypatch):
+    """Every later kernel version of a finished search would have started its workers for
+    nothing (two processes per search on T4 x2)."""
+    first = tune.optimize(busy_objective, "done", 3, directory=tmp_path, workers=1)
+    monkeypatch.setattr(tune, "run_forked", lambda *a, **k: pytest.fail("workers started"))
+    again = tune.optimize(busy_objective, "done", 3, directory=tmp_path, workers=2)
+    assert tune.counts(again) == tune.counts(first) == {"COMPLETE": 3}
+
+
 @pytest.mark.slow
 def test_a_killed_search_restarted_ends_with_exactly_n_and_retries_the_killed_trial(tmp_path):
     proc = subprocess.Popen([sys.executable, str(JOB), str(tmp_path), "6", "0.5"],

@@ -69,7 +69,7 @@ class Durable:
             extra["early_stopping"] = self.early_stopping.state_dict()
         p = self.parts
         return snapshot(p.model, p.optimizer, p.scheduler, p.amp.scaler, frozen=self.save_frozen,
-                        **extra)
+                        device=p.device, **extra)
 
     # ---- saving ----------------------------------------------------------
     def due(self, save_every_min: float | None) -> bool:
@@ -174,12 +174,13 @@ class Durable:
         load what rank 0 picked. Each looking for itself could find another one while the folder
         changes (a save landing between two ranks' reads), and ranks at different steps wait
         for each other's collectives forever."""
-        device = self.parts.device
-        found = self.checkpoints.load_latest(map_location=device) if ranks.is_main() else None
-        chosen = ranks.from_main(str(found[0].path) if found else None, device)
+        # Loaded onto the CPU: ``load`` moves each tensor where its object lives, and the RNG
+        # states must be CPU tensors (a GPU resume crashed in torch.set_rng_state otherwise).
+        found = self.checkpoints.load_latest(map_location="cpu") if ranks.is_main() else None
+        chosen = ranks.from_main(str(found[0].path) if found else None, self.parts.device)
         if ranks.is_main() or chosen is None:
             return found
-        return self.checkpoints.load_file(chosen, map_location=device)
+        return self.checkpoints.load_file(chosen, map_location="cpu")
 
     def _to_length(self, final: bool, length, start) -> bool:
         """Whether the resumed state already covers ``length``; else ready it to train on."""
@@ -211,7 +212,7 @@ class Durable:
         if state["loop"].get("precision") == "fp32" and self.parts.amp.name == "fp16":
             self.fall_back_to_fp32()  # an earlier session gave fp16 up for this run
         p = self.parts
-        restore(state, p.model, p.optimizer, p.scheduler, p.amp.scaler)
+        restore(state, p.model, p.optimizer, p.scheduler, p.amp.scaler, device=p.device)
         p.state = LoopState.from_dict(state["loop"])
         if self.early_stopping is not None and "early_stopping" in state:
             self.early_stopping.load_state_dict(state["early_stopping"])
@@ -259,7 +260,7 @@ class Durable:
     def roll_back_to_fp32(self, first: int, step: int, loss: float) -> None:
         found = self.agreed_latest() if self.checkpoints else None
         state = found[1] if found else torch.load(io.BytesIO(self.initial), weights_only=True,
-                                                  map_location=self.parts.device)
+                                                  map_location="cpu")
         self.fall_back_to_fp32()
         events = self.state.precision_events
         self.load(state)

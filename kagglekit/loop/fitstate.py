@@ -152,6 +152,7 @@ class FitResult:
     gpu_samples: list = field(default_factory=list)
     session: str = ""  # the run (kk.start) that trained: tells a cached summary from a fresh one
     extended: str | None = None  # a finished run asked for more: from which length to which
+    loader_workers: int = 0  # the training loader's worker processes (per rank)
 
     def __post_init__(self):
         # A plain str, equal to its Stop member: a result saved with torch.save (a cached
@@ -178,7 +179,8 @@ class FitResult:
                 "resumed_from": self.resumed_from, "session": self.session,
                 "extended": self.extended,
                 "checkpoint": self.checkpoint, "steps_this_session": self.steps_this_session,
-                "world_size": self.world_size, "samples_per_s": round(self.samples_per_s, 2),
+                "world_size": self.world_size, "processes": self.world_size,
+                "loader_workers": self.loader_workers, "samples_per_s": round(self.samples_per_s, 2),
                 "samples_per_s_per_gpu": round(self.samples_per_s / self.world_size, 2),
                 "oom_count": len(self.oom_events), "oom_events": self.oom_events,
                 "precision_events": self.precision_events,

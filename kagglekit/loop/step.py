@@ -104,11 +104,34 @@ def apply(model, optimizer, scaler, clip_grad_norm: float | None) -> None:
 
 
 def free_after_oom(optimizer) -> None:
-    """Drop what the failed step held so the retry starts from a clean slate."""
+    """Drop what the failed step held so the retry starts from a clean slate. Called outside the
+    ``except`` block: inside it, the traceback still holds the failed step's frames and the
+    activations they reference, and nothing would be freed."""
     optimizer.zero_grad(set_to_none=True)
     gc.collect()
     if torch.cuda.is_initialized():
         torch.cuda.empty_cache()
+
+
+class _Attempt:
+    """One try at a step: where it ran out of memory, if it did ("forward/backward" or
+    "optimizer"), and whether the optimizer held any state before it."""
+
+    def __init__(self, optimizer):
+        self.optimizer, self.failed = optimizer, None
+        self.first = not optimizer.state  # its first step: Adam's moments are allocated now
+
+    def drop_new_state(self) -> bool:
+        """After an out-of-memory error in the optimizer: forget the states its first step was
+        creating and say True, when that step can be taken again exactly (no state has begun
+        its update: every one has a ``step`` of 0). Otherwise some weights may be updated already:
+        False."""
+        states = list(self.optimizer.state.values())
+        started = any(float(s.get("step", 1)) > 0 for s in states)
+        if not self.first or started:
+            return False
+        self.optimizer.state.clear()
+        return True
 
 
 class Stepper:
@@ -126,39 +149,63 @@ class Stepper:
         self.distributed = ranks.distributed()
 
     def __call__(self, micro: list, timer) -> torch.Tensor:
-        p = self.parts
         while True:
-            try:
-                loss = self.compiled.run(self._backward, micro)
-                break
-            except OOM_ERRORS:
-                if not self.oom_backoff:
-                    raise
-                self.back_off(micro)
-        timer.mark("compute")
-        apply(p.model, p.optimizer, p.amp.scaler, self.clip_grad_norm)
-        timer.mark("optimizer")
-        return loss
+            attempt = _Attempt(self.parts.optimizer)
+            loss = self._try(micro, timer, attempt)
+            if attempt.failed is None:
+                return loss
+            # Here, out of the except block, the failed step's frames are gone.
+            if attempt.failed == "optimizer" and not attempt.drop_new_state():
+                raise OutOfMemoryFloor(
+                    f"CUDA out of memory inside the optimizer's update at step {self.parts.state.step}: "
+                    "its state was partly updated, so the step cannot be taken again. The run "
+                    "resumes from its last checkpoint when started again; give it room with a "
+                    "smaller batch, a lighter optimizer (SGD, Adafactor) or fewer trained weights.")
+            scaled = getattr(self.parts.amp.scaler, "_per_optimizer_states", None)  # fp16 only
+            if attempt.failed == "optimizer" and scaled is not None:
+                scaled.clear()  # unscale_ ran: the retry's gradients need theirs unscaled too
+            self.back_off(micro, attempt.failed)
+
+    def _try(self, micro: list, timer, attempt: _Attempt):
+        p = self.parts
+        attempt.failed = "forward/backward"
+        try:
+            loss = self.compiled.run(self._backward, micro)
+            timer.mark("compute")
+            attempt.failed = "optimizer"
+            apply(p.model, p.optimizer, p.amp.scaler, self.clip_grad_norm)
+            timer.mark("optimizer")
+            attempt.failed = None
+            return loss
+        except OOM_ERRORS:
+            if not self.oom_backoff:
+                raise
+            return None
 
     def _backward(self, model, micro: list) -> torch.Tensor:
         p = self.parts
         return backward(model, micro, self.loss_fn, p.amp, p.amp.scaler, split=p.state.split,
                         graphs=self.graphs if self.graphs.active else None)
 
-    def back_off(self, micro: list) -> None:
+    def back_off(self, micro: list, where: str = "forward/backward") -> None:
         """Cut each batch in two more chunks (here), or ask for a restart (under DDP)."""
         state = self.parts.state
         free_after_oom(self.parts.optimizer)
         per_gpu = batch_size(micro[0]) // state.split
         if per_gpu // 2 < self.min_batch:
+            extra = (" The optimizer's own state does not fit beside the model: a lighter optimizer "
+                     "(SGD, Adafactor), fewer trained weights (LoRA), or fp16 weights."
+                     if where == "optimizer" else "")
             raise OutOfMemoryFloor(
-                f"CUDA out of memory even at a per-GPU batch of {per_gpu} (floor "
+                f"CUDA out of memory ({where}) even at a per-GPU batch of {per_gpu} (floor "
                 f"min_batch={self.min_batch}). Use a smaller model, precision='fp16'/'bf16', "
-                "accel.checkpoint_blocks(), or a shorter input.")
+                f"accel.checkpoint_blocks(), or a shorter input.{extra}")
         event = {"step": state.step, "per_gpu_batch": per_gpu // 2}
+        if where == "optimizer":
+            event["in"] = "optimizer"
         if self.distributed:
             raise RankOutOfMemory({**event, "rank": ranks.rank()}, state.split * 2)
         state.split *= 2
         state.oom_events.append(event)
-        print(f"kagglekit: CUDA out of memory at step {state.step}; now per-GPU batches of "
-              f"{per_gpu // 2} (split x{state.split}, same effective batch)", flush=True)
+        print(f"kagglekit: CUDA out of memory ({where}) at step {state.step}; now per-GPU batches "
+              f"of {per_gpu // 2} (split x{state.split}, same effective batch)", flush=True)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..machine import precision as precision_mod, signals
+from ..machine import ascard, precision as precision_mod, signals
 from ..parallel import ranks
 from . import accel, cudagraph, fitoptions, monitor, schedule, validation
 from .durable import Durable
@@ -108,6 +108,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
     validation.refuse_empty(train_loader)
     device = torch.device(device) if device is not None else (
         run.device if run is not None else ranks.default_device())
+    ascard.confine(device)  # KAGGLEKIT_AS=t4: the T4's memory, no TF32 (nothing otherwise)
     with _cudnn_benchmark(speed.cudnn_benchmark and device.type == "cuda"):
         return _fit(model, optimizer, train_loader, loss_fn, run, epochs, val_loader, evaluate,
                     scheduler, scheduler_interval, device, speed, durability.resolved(run),
@@ -137,7 +138,8 @@ def _fit(model, optimizer, train_loader, loss_fn, run, epochs, val_loader, evalu
     stepper = Stepper(parts, loss_fn, accel.Compiled(trained, speed.compile), graphs,
                       clip_grad_norm=speed.clip_grad_norm, oom_backoff=speed.oom_backoff,
                       min_batch=speed.min_batch)
-    validate = validation.validation(parts, evaluate, val_loader, loss_fn, watch.limit_batches)
+    validate = validation.validation(parts, evaluate, val_loader, loss_fn, watch.limit_batches,
+                                     speed.oom_backoff)
     loop = EpochLoop(parts, keeper, stepper, train_loader, epochs=epochs,
                      scheduler_interval=scheduler_interval, validate=validate,
                      accumulate=speed.accumulate, watch=watch, durability=durability)
@@ -174,7 +176,8 @@ def _fit(model, optimizer, train_loader, loss_fn, run, epochs, val_loader, evalu
                      world_size=world, samples_per_s=rate * world, oom_events=list(st.oom_events),
                      breakdown=loop.timer.summary(), gpu=sampler.summary(),
                      gpu_samples=sampler.samples, session=run.session if run else "",
-                     extended=keeper.extended)
+                     extended=keeper.extended,
+                     loader_workers=getattr(train_loader, "num_workers", 0))
 
 
 def _spread(model) -> bool:

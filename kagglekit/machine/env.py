@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import gpus as gpus_mod, precision as precision_mod
+from . import ascard, emulate, gpus as gpus_mod, precision as precision_mod
 
 KAGGLE_ROOT = Path("/kaggle")
 
@@ -39,7 +39,16 @@ class Where:
 
 
 def cpus() -> int:
-    """CPUs this process may run on (its affinity: a container's share, not the host's)."""
+    """CPUs this process may run on (its affinity: a container's share, not the host's); the
+    emulated machine's under ``KAGGLEKIT_EMULATE`` (Kaggle's 4 vCPUs)."""
+    emulated = emulate.machine()
+    if emulated is not None:
+        return emulated.cpus
+    return real_cpus()
+
+
+def real_cpus() -> int:
+    """The cores this process may really use: for thread counts, which no emulation changes."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -120,8 +129,10 @@ def describe_machine(precision: str = "auto", output_dir: Path | None = None,
     here = where()
     gpus = gpus_mod.inventory()
     first = gpus[0] if gpus else None
-    policy = precision_mod.choose(precision, first.capability if first else None,
-                                  first.name if first else "")
+    emulated, imitated = emulate.machine(), ascard.card()
+    card = imitated or first  # KAGGLEKIT_AS=t4: the T4's decision on a bigger card
+    policy = precision_mod.choose(precision, card.capability if card else None,
+                                  card.name if card else "", "cpu" if emulated else "cuda")
     data = {
         "where": f"kaggle ({here.run_type})" + (" [simulated]" if here.simulated else "")
                  if here.on_kaggle else "local",
@@ -129,7 +140,9 @@ def describe_machine(precision: str = "auto", output_dir: Path | None = None,
         "gpu_summary": ", ".join(f"{g.name} ({g.memory_gb:g} GB, cc {g.capability[0]}.{g.capability[1]})"
                                  for g in gpus) or "none (CPU only)",
         "precision": policy.name + (" + GradScaler" if policy.needs_scaler else ""),
-        "cpus": os.cpu_count(),
+        "cpus": cpus(),
+        "emulated": emulated.describe() if emulated else "no",
+        "as_card": ascard.describe(imitated),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda or "none",

@@ -120,9 +120,16 @@ def inventory() -> list[GPU]:
 
     Read through NVML; where NVML is missing or fails, through ``nvidia-smi``, then the
     driver's /proc files, so a GPU machine is never mistaken for a CPU one.
-    ``KAGGLEKIT_FAKE_GPUS`` ("Tesla T4:7.5:15,Tesla T4:7.5:15") simulates an
-    inventory so that the policy and launch code paths can be tested on CPU.
+    ``KAGGLEKIT_EMULATE=t4x2`` shows Kaggle's two T4s (``emulate``: the whole machine's
+    decisions on a CPU). ``KAGGLEKIT_FAKE_GPUS`` ("Tesla T4:7.5:15,Tesla T4:7.5:15") fakes the
+    inventory alone, so that the policy code can be tested on CPU.
     """
+    from . import emulate
+    emulated = emulate.machine()
+    if emulated is not None:
+        cards = [GPU(i, emulated.gpu, emulated.memory_gb, emulated.capability, f"GPU-emulated-{i}")
+                 for i in range(emulated.gpus)]
+        return _visible(cards, os.environ.get("CUDA_VISIBLE_DEVICES"))
     fake = os.environ.get("KAGGLEKIT_FAKE_GPUS")
     if fake is not None:
         gpus = []

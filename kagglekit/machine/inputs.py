@@ -16,7 +16,8 @@ from pathlib import Path, PurePosixPath
 
 class InputIndex:
     """Every file and folder under ``roots``, by name. Walked once in the notebook's process
-    (``kk.start``), before any rank or search worker forks: they inherit it, never walk again."""
+    (``kk.start``); the kit's ranks, search workers and isolated children receive it with what
+    they run (``walked``, ``adopt``), and never walk again."""
 
     def __init__(self, roots: list[Path]):
         self.roots = [Path(r) for r in roots]
@@ -81,6 +82,17 @@ def index(roots: list[Path]) -> InputIndex:
 def forget() -> None:
     """Drop every index (tests that mount new inputs mid-process)."""
     _indexes.clear()
+
+
+def walked() -> dict[tuple, InputIndex]:
+    """The indexes this process has walked: what a child of the kit's is sent."""
+    return {key: found for key, found in _indexes.items() if found._by_name is not None}
+
+
+def adopt(indexes: dict[tuple, InputIndex]) -> None:
+    """In a child: the parent's walked indexes, kept as this process's own."""
+    for key, found in indexes.items():
+        _indexes.setdefault(key, found)
 
 
 def attached(reference: str, roots: list[Path]) -> Path | None:

@@ -6,6 +6,8 @@
   bf16 is refused there rather than trusted.
 - below 7.0 (P100): refused; current Kaggle images carry no kernels for it.
 - CPU: fp32 (bf16 autocast on CPU may be asked for explicitly).
+- ``KAGGLEKIT_EMULATE=t4x2``: the T4's decision (fp16 + GradScaler), carried out on the CPU
+  (``cpuhalf``: the scaler as on the GPU, the kernels in the CPU's fast half precision).
 """
 from __future__ import annotations
 
@@ -43,8 +45,10 @@ class Precision:
         cannot hold autocast's cache of cast weights."""
         if self.dtype is None:
             return _NO_AUTOCAST
+        if (self.device_type, self.name) == ("cpu", "fp16"):  # an emulated T4
+            from .cpuhalf import autocast
+            return autocast(cache)
         return torch.autocast(self.device_type, dtype=self.dtype, cache_enabled=cache)
-
 
 
 class Amp:
@@ -68,8 +72,9 @@ class Amp:
 
 
 def choose(requested: str = "auto", capability: tuple[int, int] | None = None,
-           gpu_name: str = "") -> Precision:
-    """Resolve ``requested`` for a card of ``capability`` (None means CPU).
+           gpu_name: str = "", device_type: str = "cuda") -> Precision:
+    """Resolve ``requested`` for a card of ``capability`` (None means CPU); ``device_type``
+    "cpu" carries a card's decision out on the CPU (the emulated T4).
 
     Raises PrecisionError with the reason and the fix when the card cannot do it.
     """
@@ -93,8 +98,8 @@ def choose(requested: str = "auto", capability: tuple[int, int] | None = None,
             "torch.cuda.is_bf16_supported() says True only through slow emulation. "
             "Use precision='fp16' (or 'auto', which picks fp16 + GradScaler here).")
     if requested == "auto":
-        return Precision("bf16" if capability >= (8, 0) else "fp16", "cuda", auto=True)
-    return Precision(requested, "cuda")
+        return Precision("bf16" if capability >= (8, 0) else "fp16", device_type, auto=True)
+    return Precision(requested, device_type)
 
 
 def resolve(requested, device: torch.device) -> Precision:
@@ -106,6 +111,14 @@ def resolve(requested, device: torch.device) -> Precision:
         return requested
     device = torch.device(device)
     if device.type != "cuda":
+        from . import emulate
+        card = emulate.machine()
+        if card is not None and device.type == "cpu":  # the emulated T4's decision, on the CPU
+            return choose(requested, card.capability, card.gpu, device_type="cpu")
         return choose(requested, None)
+    from . import ascard
+    imitated = ascard.card()  # KAGGLEKIT_AS=t4: decided as for the T4
+    if imitated is not None:
+        return choose(requested, imitated.capability, imitated.name)
     return choose(requested, torch.cuda.get_device_capability(device),
                   torch.cuda.get_device_name(device))

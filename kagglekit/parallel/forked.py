@@ -1,31 +1,36 @@
-"""Functions run in forked processes, supervised: ``run_forked``.
+"""Functions run in processes of their own, supervised: ``run_forked``.
 
-Each child reports through a pipe (its return value pickled, a restart request, or its
-traceback), read *before* joining: a tensor put on a multiprocessing queue by a child that then
-exits cannot be received, and a large result blocks its child until it is read. The first
-failure or death stops every other child; the Stop button (SIGINT) lets them save first; no
-process is ever left behind. Nothing forks once this process has opened a GPU driver
-(``machine.forksafe``).
+Each child is forked from the kit's clean process (``forkserver``), not from the notebook's, so
+what the notebook did before (a GPU opened, LightGBM trained) cannot break it. A child reports
+through a pipe: heartbeats while it works (``heartbeat``), then its return value (index 0's), a
+restart request, or its traceback. The reports are read *before* joining, because a large
+result blocks its child until it is read. The first failure, death or stall stops every other
+child; the Stop button (SIGINT) lets them save first. No process is ever left behind: the
+supervisor stops its children whatever happens, and a child whose notebook process died ends
+with the server (SIGTERM, so a fit saves first).
 """
 from __future__ import annotations
 
-import multiprocessing as mp
+import ctypes
 import os
 import pickle
 import signal
 import sys
+import threading
 import time
 import traceback
 from multiprocessing.connection import wait
 
-from ..machine import forksafe, signals
-from . import ranklog
+from ..machine import inputs, signals
+from . import forkserver, heartbeat, ranklog
 
-STOP_GRACE_S = 120.0  # how long interrupted ranks get to agree on a step and save
+STOP_GRACE_ENV = "KAGGLEKIT_STOP_GRACE_S"  # how long interrupted ranks get to agree and save
+WORKER_ENV = "KAGGLEKIT_WORKER"  # set in every child: isolated() inside one runs in place
+PR_SET_PDEATHSIG = 1
 
 
 class LaunchError(RuntimeError):
-    """A rank failed, died, or the launch could not start."""
+    """A rank failed, died, stalled, or the launch could not start."""
 
 
 class RestartRequest(Exception):
@@ -46,31 +51,87 @@ class Restarting(Exception):
         self.env = env
 
 
-def _child(index: int, body, conn) -> None:
-    """One forked process: run ``body(index)``, report the outcome (index 0's return value,
-    a restart request, or any index's traceback) through ``conn``."""
+def in_worker() -> bool:
+    """Is this process one the kit started (a rank, a search worker, an isolated child)?"""
+    return os.environ.get(WORKER_ENV) == "1"
+
+
+def stop_grace_s() -> float:
+    """Seconds a stopped child gets to save (``KAGGLEKIT_STOP_GRACE_S``, default 120)."""
+    return float(os.environ.get(STOP_GRACE_ENV, "").strip() or 120.0)
+
+
+def _orphaned() -> None:
+    """The notebook's process is gone: ask the fit to save and stop, and end the process if
+    its function does not return within the grace (it trains for nobody)."""
+    signals.request_stop()
+    time.sleep(stop_grace_s())
+    os._exit(1)
+
+
+def _end_with_server() -> None:
+    """SIGTERM this child when its parent, the fork server, ends (the server ends with the
+    notebook's process): a fit saves and stops instead of training for nobody."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the supervisor's stop is the only guard
+        pass
+
+
+class _Pipe:
+    """The child's end of its pipe, shared by the heartbeat thread and the final report."""
+
+    def __init__(self, conn, index: int):
+        self.conn, self.index, self.lock = conn, index, threading.Lock()
+
+    def send(self, status: str, payload) -> None:
+        message = pickle.dumps((status, self.index, payload), protocol=pickle.HIGHEST_PROTOCOL)
+        with self.lock:
+            self.conn.send_bytes(message)
+
+    def beat(self, at: str, cpu: float) -> None:
+        self.send("beat", (at, cpu))
+
+
+def _child(index: int, env: dict, payload: bytes, walked: bytes, conn, threads: int,
+           beat_s: float) -> None:
+    """One child: the notebook's environment, ``body(index)`` loaded and run (with the attached
+    inputs the parent walked), its outcome reported (index 0's return value, a restart request,
+    or any index's traceback)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides (it sends SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: signals.request_stop())  # fit saves, then stops
-    status, payload = "ok", None
+    _end_with_server()
+    os.environ.clear()
+    os.environ.update(env, **{WORKER_ENV: "1"})
+    import torch
+    cap = env.get("OMP_NUM_THREADS", "").strip()  # the user's (or CI's) limit wins
+    torch.set_num_threads(min(threads, int(cap)) if cap.isdigit() and int(cap) > 0 else threads)
+    pipe = _Pipe(conn, index)
+    beat = heartbeat.Beat(pipe.beat, beat_s, orphaned=_orphaned)
+    beat.start()
+    status, out = "ok", None
     try:
-        result = body(index)
-        payload = pickle.dumps(result if index == 0 else None, protocol=pickle.HIGHEST_PROTOCOL)
+        inputs.adopt(forkserver.unpack(walked))
+        result = forkserver.unpack(payload)(index)
+        out = forkserver.pack(result if index == 0 else None, "a result")
     except RestartRequest as request:
-        status, payload = "restart", pickle.dumps((str(request), request.env))
+        status, out = "restart", (str(request), request.env)
     except BaseException:  # noqa: BLE001 - every failure must reach the parent
-        status, payload = "error", traceback.format_exc().encode()
-        sys.stderr.write(payload.decode())  # into the rank's log file too
+        status, out = "error", traceback.format_exc()
+        sys.stderr.write(out)  # into the rank's log file too
+    beat.stop()
     try:
-        conn.send_bytes(pickle.dumps((status, index, payload)))
+        pipe.send(status, out)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        # Skip the parent's atexit handlers (inherited by fork: IPython's, papermill's).
-        os._exit(0 if status == "ok" else 1)
+    # multiprocessing's own exit follows: its finalizers release what the child made (tqdm's
+    # lock: the resource tracker would report it leaked), daemonic loader workers are stopped.
+    sys.exit(0 if status == "ok" else 1)
 
 
 def _stop(procs, grace_s: float = 5.0) -> None:
-    """SIGTERM every rank (fit saves and stops on it), SIGKILL what is left after ``grace_s``."""
+    """SIGTERM every child (fit saves and stops on it), SIGKILL what is left after ``grace_s``."""
     for p in procs:
         if p.is_alive():
             p.terminate()
@@ -80,24 +141,6 @@ def _stop(procs, grace_s: float = 5.0) -> None:
         if p.is_alive():
             p.kill()
             p.join()
-
-
-def _receive(conn, rank: int, procs, outcomes: dict, what: str = "rank") -> bool:
-    """Read rank's report if one is waiting; raise on its error or restart. True if read."""
-    if not conn.poll():
-        return False
-    try:
-        status, _, body = pickle.loads(conn.recv_bytes())
-    except EOFError:
-        return False
-    if status == "error":
-        _stop(procs)
-        raise LaunchError(f"{what} {rank} failed{ranklog.pointer(rank)}:\n{body.decode()}")
-    if status == "restart":
-        _stop(procs)  # the others may be stuck in a collective: SIGKILL after the grace
-        raise Restarting(*pickle.loads(body))
-    outcomes[rank] = body
-    return True
 
 
 HINTS = {signal.SIGKILL: "most likely the host's out-of-memory killer (a Kaggle session has about "
@@ -116,53 +159,93 @@ def died(rank: int, exitcode: int | None, what: str = "rank") -> str:
     return f"{what} {rank} exited with code {exitcode} before reporting (a crash in native code?)"
 
 
-def _supervise(procs, conns, timeout_s: float | None, what: str = "rank"):
-    """Collect every rank's outcome; on the first failure stop the others and raise."""
-    outcomes: dict = {}
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    while len(outcomes) < len(procs):
-        waiting = [r for r in range(len(procs)) if r not in outcomes]
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ready = wait([conns[r] for r in waiting] + [procs[r].sentinel for r in waiting], left)
-        if not ready:
-            _stop(procs)
-            raise LaunchError(f"{what}s {waiting} did not finish within {timeout_s:.0f}s; "
-                              f"all {what}s were stopped")
-        for rank in waiting:
-            if _receive(conns[rank], rank, procs, outcomes, what):
-                continue
-            if procs[rank].sentinel in ready:  # exited without a report
-                procs[rank].join()
-                _stop(procs)
-                raise LaunchError(f"{died(rank, procs[rank].exitcode, what)}; all {what}s were stopped"
-                                  f"{ranklog.pointer(rank)}")
-    return pickle.loads(outcomes[0])
+class _Supervisor:
+    """Reads every child's reports until each has sent its outcome; on the first failure,
+    death or stall, stops the others and raises."""
+
+    def __init__(self, procs, conns, what: str, watch: heartbeat.Watch):
+        self.procs, self.conns, self.what, self.watch = procs, conns, what, watch
+        self.outcomes: dict = {}
+
+    def fail(self, message: str, rank: int | None = None) -> LaunchError:
+        _stop(self.procs)
+        pointer = ranklog.pointer(rank) if rank is not None else ""
+        return LaunchError(f"{message}; all {self.what}s were stopped{pointer}")
+
+    def receive(self, rank: int) -> None:
+        """Every report waiting on ``rank``'s pipe: beats noted, an outcome kept or raised."""
+        conn = self.conns[rank]
+        while rank not in self.outcomes and conn.poll():
+            try:
+                status, _, body = pickle.loads(conn.recv_bytes())
+            except EOFError:
+                return
+            if status == "beat":
+                self.watch.beat(rank, *body)
+            elif status == "error":
+                _stop(self.procs)
+                raise LaunchError(f"{self.what} {rank} failed{ranklog.pointer(rank)}:\n{body}")
+            elif status == "restart":
+                _stop(self.procs)  # the others may be stuck in a collective: SIGKILL after the grace
+                raise Restarting(*body)
+            else:
+                self.outcomes[rank] = body
+
+    def run(self, timeout_s: float | None):
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while len(self.outcomes) < len(self.procs):
+            waiting = [r for r in range(len(self.procs)) if r not in self.outcomes]
+            left = self.watch.seconds_to_check(waiting)
+            if deadline is not None:
+                left = min(left, max(0.0, deadline - time.monotonic()))
+            ready = wait([self.conns[r] for r in waiting] + [self.procs[r].sentinel for r in waiting],
+                         left + 0.01)
+            for rank in waiting:
+                self.receive(rank)
+                if rank not in self.outcomes and self.procs[rank].sentinel in ready:
+                    self.procs[rank].join()  # exited without a report
+                    raise self.fail(died(rank, self.procs[rank].exitcode, self.what), rank)
+            self.check_time(waiting, deadline, timeout_s)
+        return forkserver.unpack(self.outcomes[0])
+
+    def check_time(self, waiting, deadline, timeout_s) -> None:
+        waiting = [r for r in waiting if r not in self.outcomes]
+        stalled = self.watch.stalled(waiting)
+        if stalled is not None:
+            raise self.fail(self.watch.describe(stalled, self.what), stalled)
+        if deadline is not None and waiting and time.monotonic() >= deadline:
+            raise self.fail(f"{self.what}s {waiting} did not finish within {timeout_s:.0f}s")
 
 
-def run_forked(body, count: int, *, join_timeout_s: float | None = None, what: str = "rank"):
-    """``body(i)`` in ``count`` forked processes, supervised; index 0's return value.
+def run_forked(body, count: int, *, join_timeout_s: float | None = None, what: str = "rank",
+               stall_s: float | None = None, threads: int = 1):
+    """``body(i)`` in ``count`` processes forked from the clean server; index 0's return value.
 
-    Refused before any fork when this process has opened a GPU driver. The first failure or
-    death stops every other process and raises LaunchError with its traceback or its signal;
-    the Stop button (SIGINT, whatever this process inherited) lets them save first; no process
-    is ever left behind.
+    ``body`` travels by value (functions defined in the notebook work). The first failure,
+    death or stall (``stall_s`` without progress, default ``heartbeat.stall_limit()``) stops
+    every other process and raises LaunchError with its traceback, signal or position; the Stop
+    button (SIGINT, whatever this process inherited) lets them save first; no process is ever
+    left behind. ``threads``: torch's CPU threads in each.
     """
-    forksafe.refuse_if_unsafe("launch()" if what == "rank" else f"a {what}")
-    ctx = mp.get_context("fork")
+    payload = forkserver.pack(body, "launch()" if what == "rank" else f"a {what}")
+    walked = forkserver.pack(inputs.walked(), "the attached inputs' index")
+    stall_s = heartbeat.stall_limit(stall_s)
+    ctx = forkserver.context()
     workers, conns = [], []
     with signals.keyboard_interrupts():
         try:
             for index in range(count):
                 parent_end, child_end = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_child, name=f"kagglekit-{what}{index}", daemon=True,
-                                   args=(index, body, child_end))
+                proc = forkserver.Process(target=_child, name=f"kagglekit-{what}{index}", args=(
+                    index, dict(os.environ), payload, walked, child_end, threads, heartbeat.interval(stall_s)))
                 proc.start()
                 child_end.close()
                 workers.append(proc)
                 conns.append(parent_end)
-            return _supervise(workers, conns, join_timeout_s, what)
+            watch = heartbeat.Watch(count, stall_s)
+            return _Supervisor(workers, conns, what, watch).run(join_timeout_s)
         except KeyboardInterrupt:  # the Stop button: every rank saves at the same step, then stops
-            _stop(workers, grace_s=STOP_GRACE_S)
+            _stop(workers, grace_s=stop_grace_s())
             raise
         finally:
             _stop(workers)  # no orphans, whatever happened

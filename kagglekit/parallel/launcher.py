@@ -1,14 +1,15 @@
 """Run a function on every GPU from inside a notebook.
 
-``launch(fn, *args, run=run)`` forks one DDP process per GPU (fork, so functions defined in a
-notebook work), calls ``fn(run, *args)`` in each with the run placed on that rank's GPU
-(``run.rank``, ``run.device``), returns rank 0's return value, re-raises any rank's exception
-with its traceback, stops the other ranks and leaves no process behind. With one device or none
-it runs ``fn`` in the calling process; under torchrun it joins torchrun's process group.
+``launch(fn, *args, run=run)`` starts one DDP process per GPU, calls ``fn(run, *args)`` in each
+with the run placed on that rank's GPU (``run.rank``, ``run.device``), returns rank 0's return
+value, re-raises any rank's exception with its traceback, stops the other ranks and leaves no
+process behind. With one device or none it runs ``fn`` in the calling process; under torchrun
+it joins torchrun's process group.
 
-Fork is only safe while the calling process has not opened the GPU driver, so the kit reads
-GPUs through NVML and every fork is refused, with the fix, when anything opened it
-(``machine.forksafe``); the ranks are supervised by ``forked.run_forked``.
+The ranks are forked from a clean process (``forkserver``), never from the notebook's: a
+notebook that already put a tensor on ``cuda:0`` or trained LightGBM can still launch on both
+GPUs. ``fn`` and what it refers to travel by value (functions defined in the notebook work);
+the ranks are supervised by ``forked.run_forked``.
 
 A rank may ask for a restart (``RestartRequest``: out of memory under DDP, after saving where
 it stood): every rank is stopped and started again, with the request's environment.
@@ -18,7 +19,6 @@ from __future__ import annotations
 import datetime
 import functools
 import gc
-import multiprocessing as mp
 import os
 import socket
 import sys
@@ -26,17 +26,14 @@ import sys
 import torch
 import torch.distributed as dist
 
-from ..machine import gpus as gpus_mod
-from . import ranklog, ranks
-from .forked import LaunchError, Restarting, run_forked  # noqa: F401 (kk.launcher.LaunchError)
+from ..machine import ascard, gpus as gpus_mod
+from . import heartbeat, ranklog, ranks
+from .forked import LaunchError, Restarting, in_worker, run_forked  # noqa: F401 (kk.launcher.LaunchError)
 
 STRATEGIES = ("auto", "ddp", "dp", "single")
-# torch's CPU ops in a forked process run on one thread. GNU OpenMP (torch's) is not fork-safe:
-# once the notebook's process has run a parallel region (any multithreaded CPU op: data
-# preparation, a matmul), a child that opens its own with more than one thread waits forever
-# for pool threads that did not survive the fork (measured: a 300 x 300 matmul on 2 threads
-# hangs; on 1 it returns). A rank's heavy work is on its GPU; DataLoader workers use one too.
-FORKED_THREADS = 1
+# torch's CPU threads in a rank: its heavy work is on its GPU, and Kaggle's 4 vCPUs are shared
+# by two ranks and their loader workers.
+RANK_THREADS = 1
 # T4 x2 on Kaggle: PCIe only, no NVLink; P2P over PCIe between the two T4s has been
 # reported to hang NCCL in some containers, and there is no InfiniBand.
 NCCL_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_IB_DISABLE": "1"}
@@ -72,22 +69,32 @@ def _call(fn, run, place: ranks.Place, args, kwargs):
     return fn(run.at(place), *args, **kwargs) if run is not None else fn(*args, **kwargs)
 
 
-def _ddp_rank(world: int, port: int, backend: str, timeout_s: float, fn, run, args, kwargs,
-              rank: int):
-    """Body of one forked DDP rank: join the group, run ``fn``, leave the group."""
+def _ddp_rank(world: int, port: int, backend: str, timeout_s: float, cards: int, fn, run, args,
+              kwargs, rank: int):
+    """Body of one DDP rank: join the group, run ``fn``, leave the group. Rank r trains on card
+    r (of ``cards``; gloo ranks may share one: r modulo the cards)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     ranklog.attach(rank)
-    torch.set_num_threads(FORKED_THREADS)
-    device = torch.device("cpu")
-    if backend == "nccl":
-        torch.cuda.set_device(rank)
-        device = torch.device(f"cuda:{rank}")
+    device = ranks.gpu_or_cpu(rank % max(1, cards))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        ascard.confine(device)
     dist.init_process_group(backend, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout_s))
     result = _call(fn, run, ranks.Place(rank, world, rank, device, "ddp"), args, kwargs)
     dist.destroy_process_group()
     return result
+
+
+def take_local_device() -> torch.device:
+    """This rank's device under torchrun (cuda:LOCAL_RANK), made current before anything opens
+    a context: otherwise every rank's NCCL and caching allocator start on cuda:0."""
+    device = ranks.default_device()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        ascard.confine(device)
+    return device
 
 
 def _join_torchrun(fn, run, args, kwargs, timeout_s: float):
@@ -98,8 +105,9 @@ def _join_torchrun(fn, run, args, kwargs, timeout_s: float):
     active exception"), and the other node's agent waited at torchrun's exit barrier for its
     full timeout."""
     owned = not dist.is_initialized()
+    device = take_local_device()
     if owned:
-        backend = "nccl" if gpus_mod.inventory() else "gloo"
+        backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
     result = _call(fn, run, ranks.here("ddp"), args, kwargs)
     if owned:
@@ -110,7 +118,8 @@ def _join_torchrun(fn, run, args, kwargs, timeout_s: float):
 
 
 def launch(fn, *args, run=None, strategy: str = "auto", nprocs: int | None = None,
-           timeout_s: float = 1800.0, join_timeout_s: float | None = None, **kwargs):
+           timeout_s: float = 1800.0, join_timeout_s: float | None = None,
+           backend: str | None = None, **kwargs):
     """Run ``fn`` on every GPU and return rank 0's result.
 
     Args:
@@ -125,25 +134,28 @@ def launch(fn, *args, run=None, strategy: str = "auto", nprocs: int | None = Non
         timeout_s: how long a collective may wait for the other ranks before it
             fails with an error instead of hanging.
         join_timeout_s: optional limit on the whole run.
+        backend: the process group's: "nccl" where real GPUs are, else "gloo" (CPU tensors,
+            and the emulation); "gloo" on GPUs lets more ranks than cards share them (the GPU
+            check runs two ranks on one card).
     """
     nprocs = nprocs or (run.processes if run is not None else None)
     if _under_torchrun():
         return _join_torchrun(fn, run, args, kwargs, timeout_s)
-    gpus = gpus_mod.inventory()
-    strategy, procs = resolve_strategy(strategy, len(gpus), nprocs)
+    cards = len(gpus_mod.inventory())
+    backend = backend or ("nccl" if ranks.cuda_visible() else "gloo")
+    strategy, procs = resolve_strategy(strategy, cards if backend == "nccl" else 0, nprocs or cards)
     if strategy != "ddp":
-        place = ranks.Place(device=torch.device("cuda:0") if gpus else ranks.CPU, strategy=strategy)
-        return _call(fn, run, place, args, kwargs)
-    backend = "nccl" if gpus else "gloo"
+        return _call(fn, run, ranks.Place(device=ranks.gpu_or_cpu(0), strategy=strategy), args, kwargs)
     if backend == "nccl":
         for key, value in NCCL_ENV.items():
             os.environ.setdefault(key, value)
     with _RestartEnvironment() as attempt:
         while True:
-            body = functools.partial(_ddp_rank, procs, _free_port(), backend, timeout_s, fn, run,
-                                     args, kwargs)
+            body = functools.partial(_ddp_rank, procs, _free_port(), backend, timeout_s, cards, fn,
+                                     run, args, kwargs)
             try:
-                return run_forked(body, procs, join_timeout_s=join_timeout_s)
+                return run_forked(body, procs, join_timeout_s=join_timeout_s,
+                                  stall_s=heartbeat.stall_limit(timeout_s + 60), threads=RANK_THREADS)
             except Restarting as restart:
                 attempt(restart)
 
@@ -173,16 +185,34 @@ class _RestartEnvironment:
                 os.environ[key] = value
 
 
-def isolated(fn, *args, **kwargs):
-    """``fn(*args, **kwargs)`` in a forked process of its own where a GPU is visible, its
-    return value pickled back; here otherwise.
+def isolated(fn, *args, timeout_s: float | None = None, **kwargs):
+    """``fn(*args, **kwargs)`` in a process of its own where a GPU is visible (or emulated),
+    its return value sent back; here otherwise.
 
-    For GPU libraries that open the driver themselves (LightGBM's OpenCL, XGBoost's CUDA): in
-    the notebook's process they would break every later fork-based ``launch``; in a child the
-    driver closes with it. Inside a launched rank or a search worker (a process of its own
-    already) it runs in place. Functions defined in the notebook work (fork), and the return value
-    must pickle (a LightGBM or XGBoost Booster does).
+    For GPU libraries that open the driver themselves (LightGBM's OpenCL, XGBoost's CUDA): the
+    driver and the memory they take close with the child, and this process's own GPU memory
+    stays free for the ranks. Inside a launched rank or a search worker (a process of its own
+    already) it runs in place. The child is forked from the clean server: it may use every
+    core with OpenMP whatever this process ran before. ``fn`` travels by value (functions
+    defined in the notebook work); the return value must pickle (a LightGBM or XGBoost Booster
+    does). ``timeout_s``: a limit on the whole call (a stall is caught without one).
     """
-    if not gpus_mod.inventory() or mp.current_process().daemon:  # no GPU, or a kit worker already
+    if not gpus_mod.inventory() or in_worker():  # no GPU, or a kit worker already
         return fn(*args, **kwargs)
-    return run_forked(lambda _: fn(*args, **kwargs), 1, what="GPU worker")
+    from ..machine.env import real_cpus
+    return run_forked(lambda _: on_the_host(fn(*args, **kwargs)), 1, what="GPU worker",
+                      join_timeout_s=timeout_s, threads=real_cpus())
+
+
+def on_the_host(model):
+    """An XGBoost model (Booster or scikit-learn wrapper) set to predict on the CPU before it
+    leaves its process: its pickle carries its device, and unpickled as "cuda" it would open
+    the driver in the notebook's process, taking GPU memory the ranks need. Anything else as is."""
+    if not type(model).__module__.startswith("xgboost"):
+        return model
+    if hasattr(model, "get_booster"):  # XGBRegressor, XGBClassifier...
+        model.set_params(device="cpu")
+        model.get_booster().set_param({"device": "cpu"})
+    elif hasattr(model, "set_param"):
+        model.set_param({"device": "cpu"})
+    return model

@@ -164,8 +164,10 @@ def make_loader(dataset: Dataset, batch_size: int, *, train: bool = True, seed: 
     # A dedicated generator keeps worker seeding off the global RNG, so a resumed
     # run draws exactly the random numbers the uninterrupted one drew.
     generator = torch.Generator().manual_seed(seed)
-    workers = dict(persistent_workers=True, prefetch_factor=prefetch_factor,
-                   timeout=timeout_s) if num_workers else {}
+    # Workers fork from this process (a rank's own, or the notebook's), so datasets defined in
+    # the notebook reach them; they never touch CUDA (Python 3.14's default would pickle them).
+    workers = dict(persistent_workers=True, prefetch_factor=prefetch_factor, timeout=timeout_s,
+                   multiprocessing_context="fork") if num_workers else {}
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last,
                       num_workers=num_workers, pin_memory=torch.device(device).type == "cuda",
                       collate_fn=collate_fn, generator=generator, **workers)

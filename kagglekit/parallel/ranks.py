@@ -52,10 +52,20 @@ def is_main() -> bool:
 def default_device() -> torch.device:
     """cuda:LOCAL_RANK (set by ``launch`` and torchrun) where a GPU is visible, else the CPU;
     read from NVML, never by initialising CUDA."""
+    return gpu_or_cpu(int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def cuda_visible() -> bool:
+    """Are there real GPUs to compute on? (Not under the emulation: its T4s compute on the
+    CPU.) Read from NVML, never by initialising CUDA."""
+    from ..machine import emulate
     from ..machine.gpus import inventory
-    if not inventory():
-        return CPU
-    return torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}")
+    return bool(inventory()) and not emulate.active()
+
+
+def gpu_or_cpu(index: int) -> torch.device:
+    """cuda:<index> where real GPUs are visible, else the CPU."""
+    return torch.device(f"cuda:{index}") if cuda_visible() else CPU
 
 
 def here(strategy: str = "single") -> Place:

@@ -38,17 +38,19 @@ def process_age_s(stat: Path = Path("/proc/self/stat")) -> float | None:
 
 
 class Served:
-    """``predict`` with a deadline per batch and a declared fallback."""
+    """``predict`` with a deadline per batch and a declared fallback; ``started``: when the
+    notebook started (``time.time()``), from which the start-up limit counts; by default the
+    process's start, which on Kaggle is the notebook's kernel's."""
 
     def __init__(self, predict, fallback, deadline_s: float, *, margin_s: float = 0.0,
-                 first_exempt: bool = True):
+                 first_exempt: bool = True, started: float | None = None):
         if deadline_s <= margin_s:
             raise ValueError(f"deadline_s={deadline_s} must exceed margin_s={margin_s}: no time would be left "
                              "to predict")
         self.predict, self.fallback = predict, fallback
         self.deadline_s, self.margin_s, self.first_exempt = deadline_s, margin_s, first_exempt
         self.batches: list[dict] = []
-        self.startup_s = process_age_s()
+        self.startup_s = process_age_s() if started is None else time.time() - started
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="predict")
 
     def __call__(self, *batch):

@@ -152,13 +152,9 @@ def _say(trial, outcome: str, started: float) -> None:
 
 def _worker(gpus: int, args: tuple, index: int) -> str:
     """One search worker in its own process: its GPU (cuda:0 of what it sees, where
-    ``run.device`` points), its trials, torch on one CPU thread (``launcher.FORKED_THREADS``)."""
+    ``run.device`` points) and its trials."""
     if gpus:  # before anything touches CUDA in this fresh process
         os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
-    import torch
-
-    from ..parallel.launcher import FORKED_THREADS
-    torch.set_num_threads(FORKED_THREADS)
     return _work(*args, worker=index)
 
 
@@ -224,10 +220,15 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
         budget = Budget(deadline=time.time() + budget_share * max(0.0, budget.remaining()))
     args = (objective, name, url, direction, n_trials,
             directory / f".{name}.lock", budget, options, seed)
-    if workers == 1:
+    done = sum(counts(study).get(s, 0) for s in FINISHED)
+    if done >= n_trials:  # a later session of a finished search: no worker to start
+        reason = "target reached"
+    elif workers == 1:
         reason = _work(*args)
     else:
-        run_forked(functools.partial(_worker, gpus, args), workers, what="tune worker")
+        from ..machine.env import real_cpus
+        run_forked(functools.partial(_worker, gpus, args), workers, what="tune worker",
+                   threads=max(1, real_cpus() // workers))
         reason = "workers finished"
     study = load_study(name, url, direction, **options)
     print(f"kagglekit tune: {name}: {counts(study)} ({reason})")

@@ -49,9 +49,10 @@ def load_model_state(model, state: dict, part: str = "all") -> None:
 
 
 def snapshot(model, optimizer=None, scheduler=None, scaler=None, *, frozen: bool = True,
-             **extra) -> dict:
-    """Everything needed to continue training exactly where it stopped."""
-    state = {"model": model_state(model, frozen), "rng": rng.capture(), **extra}
+             device=None, **extra) -> dict:
+    """Everything needed to continue training exactly where it stopped (``device``: the fit's,
+    whose CUDA generator is kept)."""
+    state = {"model": model_state(model, frozen), "rng": rng.capture(device), **extra}
     if not frozen:
         state["model_part"] = TRAINABLE
     for key, obj in (("optimizer", optimizer), ("scheduler", scheduler), ("scaler", scaler)):
@@ -60,11 +61,16 @@ def snapshot(model, optimizer=None, scheduler=None, scaler=None, *, frozen: bool
     return state
 
 
-def restore(state: dict, model, optimizer=None, scheduler=None, scaler=None) -> None:
-    """Load ``state`` into the live objects, in place (and the RNGs)."""
+def restore(state: dict, model, optimizer=None, scheduler=None, scaler=None, *,
+            device=None) -> None:
+    """Load ``state`` (loaded onto the CPU) into the live objects, in place, each tensor moved
+    where its object lives (and the RNGs, CUDA's into ``device``'s card).
+
+    A scaler's empty state (saved by a bf16 or fp32 run, whose scaler was off) leaves a fresh
+    fp16 scaler as it is: the run moved to a card that needs one (a T4) starts scaling anew."""
     load_model_state(model, state["model"], state.get("model_part", "all"))
     for key, obj in (("optimizer", optimizer), ("scheduler", scheduler), ("scaler", scaler)):
-        if obj is not None and key in state:
+        if obj is not None and key in state and (state[key] or key != "scaler"):
             obj.load_state_dict(state[key])
     if "rng" in state:
-        rng.restore(state["rng"])
+        rng.restore(state["rng"], device)

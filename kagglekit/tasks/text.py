@@ -139,16 +139,28 @@ def load_classifier(model_dir, num_labels: int, *, lora_r: int = 0, lora_alpha: 
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, **kwargs)
     model.config.pad_token_id = tokenizer.pad_token_id
     if gradient_checkpointing:  # non-reentrant: works under DDP and with frozen inputs
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=NON_REENTRANT)
     if load_in_4bit:
-        from peft import prepare_model_for_kbit_training
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
+        model = prepare_quantized(model, gradient_checkpointing)
     if lora_r:
         from peft import LoraConfig, TaskType, get_peft_model
         model = get_peft_model(model, LoraConfig(
             task_type=TaskType.SEQ_CLS, r=lora_r, lora_alpha=lora_alpha or 2 * lora_r,
             lora_dropout=lora_dropout, target_modules="all-linear"))
     return model, tokenizer
+
+
+NON_REENTRANT = {"use_reentrant": False}
+
+
+def prepare_quantized(model, gradient_checkpointing: bool):
+    """peft's preparation of a 4-bit base for training (norms in fp32, input gradients), with
+    the non-reentrant checkpointing kept: left to itself it enables checkpointing again with
+    ``{}``, which torch runs reentrant, and reentrant checkpointing under DDP fails ("marked
+    ready twice")."""
+    from peft import prepare_model_for_kbit_training
+    return prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing,
+                                           gradient_checkpointing_kwargs=NON_REENTRANT)
 
 
 def parameter_counts(model) -> dict:

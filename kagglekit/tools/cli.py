@@ -40,15 +40,17 @@ def _kernels(names: list[str]) -> list[tuple[str, Path]]:
 def cmd_run(args) -> int:
     """Every notebook's parameters are checked before the first kernel starts; each run
     goes to its configuration's folder; a table of headline results at the end."""
+    from ..machine import ascard
     from ..run.params import ParameterError
     from .notebook_runner import parse_overrides, run_folder, run_notebook
     try:
+        ascard.card()  # AS=t4 on a machine without a CUDA card: one line, before any kernel
         kernels = _kernels(args.notebooks)
         params = {name: {**(_kaggle_parameters(name) if args.kaggle else {}),
                          **parse_overrides(args.param)} for name, _ in kernels}
         for name, nb in kernels:  # a typo fails here, before any kernel
             run_folder(nb, params[name], args.output)
-    except (ValueError, ParameterError) as err:
+    except (ValueError, ParameterError, ascard.AsCardError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     rows = [_run_one(nb, params[name], args.output, run_notebook) for name, nb in kernels]

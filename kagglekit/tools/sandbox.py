@@ -11,8 +11,10 @@ a venv of its own: never the project's, never the kit installed), three versions
                                                      (tools/standins.py), for competition_sources
     <root>/working                                   this version's output
 
-with the internet dead (proxies at a closed port, pip without an index or config) and
-``KAGGLE_KERNEL_RUN_TYPE=Batch``. Every value that shapes the computation is the
+with the internet dead (proxies at a closed port, pip without an index or config),
+``KAGGLE_KERNEL_RUN_TYPE=Batch`` and, on a machine without a GPU, Kaggle's T4 x2 emulated
+(``KAGGLEKIT_EMULATE=t4x2``: two ranks as processes, their loader workers, fp16 with a
+GradScaler, isolated children and search workers of their own). Every value that shapes the computation is the
 notebook's Kaggle parameter; only the amount of work shrinks, two ways: the run context's
 work cap (``KAGGLEKIT_WORK_CAP``: each fit's optimizer steps and batches per epoch, its
 validation batches too) and the notebook's own ``sandbox`` parameters in its kernel metadata
@@ -71,9 +73,10 @@ def _kernel_env(root: Path, jupyter: Path, tmp: Path, cap: int, threads: int | N
                HTTP_PROXY=DEAD_PROXY, HTTPS_PROXY=DEAD_PROXY, http_proxy=DEAD_PROXY,
                https_proxy=DEAD_PROXY, NO_PROXY="", no_proxy="", PIP_NO_INDEX="1",
                PIP_CONFIG_FILE=os.devnull)  # no index, no find-links: only the wheels attached
-    from ..machine.gpus import inventory
-    if not inventory():
-        env["KAGGLEKIT_ALLOW_NO_GPU"] = "1"  # a CPU sandbox: the T4 check warns, not fails
+    from ..machine import emulate
+    from ..parallel.ranks import cuda_visible
+    if not cuda_visible():  # a CPU sandbox takes every decision Kaggle's two T4s take
+        env[emulate.ENV] = "t4x2"
     return env
 
 

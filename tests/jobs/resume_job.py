@@ -20,6 +20,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--sleep", type=float, default=0.0)
     ap.add_argument("--save-every", default="0", help="minutes between saves; 'none': epoch ends only")
+    ap.add_argument("--device", default="cpu", help="cuda: the GPU check's resume on the card")
     args = ap.parse_args()
 
     kk.seed_everything(7)
@@ -42,9 +43,10 @@ def main() -> None:
         scheduler=scheduler, accumulate=2, clip_grad_norm=1.0,
         checkpoints=kk.CheckpointManager(args.ckpt, keep_last=3),
         save_every_min=None if args.save_every == "none" else float(args.save_every),
-        on_step_end=announce, progress=False, device="cpu")
-    torch.save({"model": model.state_dict(), "history": result.history,
-                "resumed_from": result.resumed_from, "stopped": result.stopped}, args.out)
+        on_step_end=announce, progress=False, device=args.device)
+    torch.save({"model": {k: v.cpu() for k, v in model.state_dict().items()}, "history": result.history,
+                "resumed_from": result.resumed_from, "stopped": result.stopped,
+                "precision": result.precision}, args.out)
     print(f"done {result.stopped}", flush=True)
 
 

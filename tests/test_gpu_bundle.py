@@ -1,0 +1,59 @@
+"""The lent GPU's check stays ready: `make gpu-bundle` builds under its limit for the device's
+Python, and the check's dry run installs it here, imports what every notebook imports and runs a
+notebook's smoke; an altered wheel is refused before anything runs."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundle")
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_bundle.py"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    return out
+
+
+@pytest.mark.slow
+def test_the_bundle_holds_what_the_device_lacks_for_its_python_under_56_mib(bundle):
+    from gpu_checks import setup
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    names = {w["name"].lower() for w in manifest["wheels"]}
+    assert {"papermill", "ipykernel", "optuna", "lightgbm", "xgboost-cpu", "kaggle"} <= names
+    provided = {p["name"].lower() for p in manifest["provided_by_the_image"]}
+    assert {"numpy", "scipy", "pyyaml"} <= provided and not names & {"torch", "numpy", "transformers"}
+    assert manifest["bytes"] <= 56 * 2**20
+    assert all(setup.fits_the_device(bundle / w["file"]) for w in manifest["wheels"])
+    assert len(setup.verified(bundle)) == len(manifest["wheels"])
+
+
+@pytest.mark.slow
+def test_the_dry_run_installs_the_bundle_imports_the_notebooks_and_runs_a_smoke(bundle, tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--bundle", str(bundle),
+                           "--dry-run", "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "no CUDA" in done.stdout, done.stdout + done.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["dry_run"]["ok"] and report["dry_run"]["imports"] >= 15
+    assert report["bundle"]["installed"] + report["bundle"]["checked_by_tag"] == len(
+        json.loads((bundle / "manifest.json").read_text())["wheels"])
+
+
+def test_an_altered_wheel_is_refused_before_anything_is_installed(tmp_path):
+    from gpu_checks import setup
+    wheel = tmp_path / "tiny-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"a wheel")
+    (tmp_path / "manifest.json").write_text(json.dumps({"wheels": [
+        {"name": "tiny", "version": "1.0", "file": wheel.name, "sha256": "0" * 64}]}))
+    with pytest.raises(setup.BundleError, match="tiny-1.0-py3-none-any.whl is missing or altered.*make gpu-bundle"):
+        setup.install(tmp_path, tmp_path / "target", dry_run=True)
+    (tmp_path / "manifest.json").unlink()
+    with pytest.raises(setup.BundleError, match="no manifest.json: run `make gpu-bundle` first"):
+        setup.verified(tmp_path)
