@@ -68,7 +68,7 @@ $(SANDBOX_PACKAGES): sandbox/kaggle-image.txt
 $(SANDBOX_STAMP): $(SANDBOX_PACKAGES) $(STAMP)
 	$(PY) -c "from kagglekit.tools.kernelenv import kernel_python; kernel_python()"
 
-## test: the whole suite on CPU, the sandbox's nine notebooks included (GPU tests are skipped without a GPU; TEST_JOBS=2 workers)
+## test: the whole suite on CPU, the sandbox's nine notebooks included, T4 x2 emulated (GPU tests are skipped without a GPU; TEST_JOBS=2 workers)
 # Two xdist workers, the longest tests first (tests/conftest.py); --maxschedchunk 1 hands
 # each worker its next test only when it needs one, so neither idles at the end. One
 # thread per process: with two workers on two cores, OpenMP threads spin-waiting for a
@@ -130,7 +130,7 @@ quota: $(STAMP)
 soak: $(STAMP)
 	$(PY) tests/soak.py
 
-## sandbox: what push sends, run in Kaggle's image (sandbox/kaggle-image.txt), 3 versions each and a competition's scoring rerun (NB=name, JOBS=2 side by side, DATA=data/<slug>: your copy of the real files)
+## sandbox: what push sends, run in Kaggle's image (sandbox/kaggle-image.txt) on Kaggle's T4 x2 (emulated without a GPU), 3 versions each and a competition's scoring rerun (NB=name, JOBS=2 side by side, DATA=data/<slug>: your copy of the real files)
 sandbox: $(STAMP) $(SANDBOX_STAMP)
 	$(PY) -m kagglekit.tools.cli sandbox $(NB) $(if $(CAP),--cap $(CAP)) $(if $(JOBS),--jobs $(JOBS)) $(if $(DATA),--data $(DATA))
 

@@ -4,8 +4,8 @@ The kit forks its ranks from a clean server (kagglekit.parallel.forkserver) so t
 that already used the GPU or OpenMP can launch. A plain fork of the notebook's process is the
 baseline: cheaper to start, but it breaks in exactly those cases. Measured in one run, ABAB:
 
-- two ranks that return at once: a plain fork (multiprocessing's "fork" context, the function
-  inherited) against ``kk.launch`` with the server warm, and the server's cold start;
+- two children that return at once: a plain fork (multiprocessing's "fork" context, the function
+  inherited) against the kit's children of the warm server, and the server's cold start;
 - the same with data the function refers to (``--mb``): a fork shares it copy-on-write, the
   server's children receive it by value (pickled once, sent to each).
 
@@ -22,8 +22,6 @@ import time
 
 import torch
 
-import kagglekit as kk
-
 
 def _forked(fn, count: int = 2) -> float:
     """Seconds for ``count`` plain forks of this process to run ``fn`` and be joined."""
@@ -38,8 +36,11 @@ def _forked(fn, count: int = 2) -> float:
 
 
 def _launched(fn) -> float:
+    """Seconds for two children of the fork server to run ``fn`` (the kit's supervisor, no
+    process group: the start alone, as the plain fork's)."""
+    from kagglekit.parallel.forked import run_forked
     started = time.perf_counter()
-    kk.launch(fn, nprocs=2, backend="gloo")
+    run_forked(lambda _: fn(), 2)
     return time.perf_counter() - started
 
 
@@ -74,11 +75,11 @@ def main() -> int:
     cold = statistics.median(_cold() for _ in range(3))
     for name, rows in pairs.items():
         fork, served = (statistics.median(r[i] for r in rows) for i in (0, 1))
-        what = "two ranks, nothing sent" if name == "empty" else f"two ranks reading {args.mb} MiB"
+        what = "two children, nothing sent" if name == "empty" else f"two children reading {args.mb} MiB"
         print(f"{what:<32} plain fork {fork * 1e3:8.1f} ms   fork server {served * 1e3:8.1f} ms   "
               f"ratio {served / fork:6.2f}")
-    print(f"{'first launch of a process':<32} fork server, cold {cold * 1e3:8.1f} ms (once per notebook; "
-          "kk.start warms it while the data is prepared)")
+    print(f"{'first launch of a process':<32} fork server, cold {cold * 1e3:8.1f} ms (its imports, once per "
+          "notebook process)")
     return 0
 
 
