@@ -11,7 +11,7 @@ P ?=
 PYTEST_ARGS ?=
 TEST_JOBS ?= 2
 
-.PHONY: help setup lab run runs view test sandbox gpu-bundle gpu-check soak bench lint clean build push status logs output pull quota compare submit score data drift results publish
+.PHONY: help setup lab run runs view test sandbox gpu-bundle gpu-check soak bench lint clean build push status logs output pull quota compare submit score data upload-data drift results publish
 
 # V=1: keep the warnings the kit silences because they carry nothing for the user.
 ifdef V
@@ -122,6 +122,10 @@ pull: $(STAMP)
 data: $(STAMP)
 	$(PY) -m kagglekit.tools.cli data $(NB) $(if $(FORCE),--force)
 
+## upload-data: a folder of your own as a private Kaggle dataset, created then versioned (DIR=folder SLUG=name)
+upload-data: $(STAMP)
+	$(PY) -m kagglekit.tools.cli upload-data "$(DIR)" "$(SLUG)" $(if $(MSG),-m "$(MSG)")
+
 ## quota: GPU hours used and left this week
 quota: $(STAMP)
 	$(PY) -m kagglekit.tools.cli quota
@@ -154,6 +158,9 @@ bench: $(STAMP)
 	$(PY) benchmarks/ddp_step.py
 	$(PY) benchmarks/launch_start.py
 	$(PY) benchmarks/patch_loader.py
+	$(PY) benchmarks/augment3d.py
+	$(PY) benchmarks/surface_score.py
+	$(PY) benchmarks/int8_inference.py
 	$(PY) benchmarks/text_finetune.py
 	$(PY) benchmarks/gpu_figures.py
 

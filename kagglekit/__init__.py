@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 # The public names, each in the part that owns it (see each part's docstring).
 _PARTS = {
-    "machine": ["env", "gpus", "driver", "emulate", "ascard", "precision", "cpuhalf", "budget", "inputs",
+    "machine": ["env", "gpus", "driver", "emulate", "ascard", "precision", "int8", "cpuhalf", "budget", "inputs",
                 "display", "signals", "packages"],
     "parallel": ["ranks", "forkserver", "heartbeat", "forked", "launcher", "ranklog", "loaders", "batches"],
     "state": ["atomic", "rng", "space", "identity", "cache", "snapshot", "checkpoint", "carry", "published"],
@@ -21,9 +21,10 @@ _PARTS = {
                 "graph", "textsets", "pretrained"],
     "loop": ["train", "epochs", "step", "halving", "fitoptions", "fitstate", "durable", "accel", "cudagraph", "guards",
              "progress", "monitor", "memory", "schedule"],
-    "run": ["context", "params", "plots", "metrics", "evaluate", "submission", "folds", "oofio", "blend", "serving"],
+    "run": ["context", "params", "plots", "metrics", "surfacescore", "evaluate", "submission", "folds", "oofio",
+            "blend", "serving"],
     "search": ["tune", "sizing", "studyreport", "studystore", "boosting"],
-    "tasks": ["segment3d", "models", "cycles", "text", "figures"],
+    "tasks": ["segment3d", "postprocess3d", "augment3d", "models", "cycles", "text", "figures"],
 }
 _SUBMODULES = {name: f"{part}.{name}" for part, names in _PARTS.items() for name in names}
 _EXPORTS = {

@@ -281,6 +281,9 @@ def test_segmentation_3d_on_the_competition_layout_then_inference_only_on_new_te
     m = _metrics(out)
     assert m["fit"]["world_size"] == 2 and m["fit"]["stopped"] == "completed"
     assert m["val_dice"] > m["val_dice_threshold_baseline"]  # the 3-D shape matters, not brightness
+    assert m["val_score"] > m["val_score_threshold_baseline"]  # and so on the leaderboard's own score
+    assert m["val_score"] == pytest.approx(m["postprocess"]["score"])  # the choice, scored as chosen
+    assert all("val_score" in epoch for epoch in m["history"])  # what picks the best checkpoint
     assert _finite_numbers(m) and m["effective_batch"] == 2 * 2 * 2
     assert sorted(m["data"]["skipped"]) == sorted(v for v, _, _ in standins.MOVED)  # named, once
     printed = "".join(_text(o) for _, o in _outputs(out / "segmentation_3d.ipynb"))
@@ -299,6 +302,7 @@ def test_segmentation_3d_on_the_competition_layout_then_inference_only_on_new_te
     other = volumes.write_synthetic(tmp_path / "other", [], [40, 24, 24], seed=2, prefix="new")
     again = _metrics(run_notebook(nb, {**params, "test_dir": str(other)}, output_dir=out, progress=False))
     assert again["fit"]["steps_this_session"] == 0
+    assert again["chain"]["cache:postprocess"] == "hit" and again["postprocess"] == m["postprocess"]
     assert _tree_bytes(out / "checkpoints") == trained  # read, never written
     masks = _zip_masks(out / "submission.zip")
     assert sorted(masks) == ["newtest000", "newtest001", "newtest002"]

@@ -118,10 +118,13 @@ def _check_the_inference_kernel(bench, trained: str) -> None:
         working = bench.work / infer / version / "working"
         metrics = json.loads((working / "metrics.json").read_text())
         folds = 1 if trained == "segmentation_3d" else 5  # one training, or the text's five folds
-        assert [p["files"] for p in metrics["published"]] == [2 * folds + 1]  # payloads, sidecars, metrics.json
+        choices = 2 if trained == "segmentation_3d" else 0  # the post-processing's cache entry (2 files)
+        assert [p["files"] for p in metrics["published"]] == [2 * folds + 1 + choices]  # + sidecars, metrics
         slug = f"kagglekit-{trained.replace('_', '-')}-weights"
         assert f"/input/datasets/sandbox/{slug}" in metrics["published"][0]["folder"]
         assert "fit" not in metrics and not (working / "checkpoints").exists()  # nothing trained, nothing saved
+        if trained == "segmentation_3d":
+            assert metrics["chain"]["cache:postprocess"] == "hit"  # the training kernel's choice
         if trained == "segmentation_3d":
             test_ids = metrics["submission"]["test_ids"]
             assert check_submission(working / "submission.zip", dict.fromkeys(test_ids)) == len(test_ids) > 0
@@ -179,7 +182,10 @@ def _check_the_scoring_rerun(runs: Path) -> None:
     hidden = sorted(vid for vid, _, _ in standins.HIDDEN_TEST)
     assert "fit" not in metrics.get("chain", {}) and "fit" not in metrics
     assert metrics["predicted"] == {"test": len(hidden), "val": 0}
-    assert not (working / "predictions" / "val").exists()
+    assert not (working / "probabilities" / "val").exists()
+    v3 = json.loads((runs / "v3" / "working" / "metrics.json").read_text())
+    assert metrics["chain"]["cache:postprocess"] == "hit"  # chosen on v3's validation, no label read here
+    assert metrics["postprocess"] == v3["postprocess"]
     assert sorted(p.name.rsplit("-", 1)[0] for p in temp.rglob("*.npy")) == hidden
     assert sorted(metrics["submission"]["test_ids"]) == hidden
     assert check_submission(working / "submission.zip", dict.fromkeys(hidden)) == len(hidden)

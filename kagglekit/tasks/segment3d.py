@@ -115,12 +115,13 @@ def _starts(size: int, patch: int, stride: int) -> list[int]:
 
 @torch.no_grad()
 def sliding_window(model, volume: torch.Tensor, patch: int, overlap: float = 0.5,
-                   batch: int = 8, autocast=None, flips: int = 0) -> torch.Tensor:
+                   batch: int = 8, autocast=None, flips: int = 0, rotations: int = 0) -> torch.Tensor:
     """Surface probabilities for a whole (C, D, H, W) volume from overlapping windows.
 
     Windows overlap by ``overlap``; their logits are blended with a Gaussian map so
-    window seams do not show. ``flips`` (0-3): test-time augmentation, the windows
-    also flipped along z, then y, then x, their logits flipped back and averaged.
+    window seams do not show. Test-time augmentation: ``flips`` (0-3) the windows also
+    flipped along z, then y, then x; ``rotations`` (0-3) also turned by 90, 180, 270 degrees
+    in the axial (y, x) plane; each view's logits turned back and all averaged.
     """
     device = next(model.parameters()).device
     model.eval()
@@ -131,17 +132,29 @@ def sliding_window(model, volume: torch.Tensor, patch: int, overlap: float = 0.5
     weight = _blend_weights(patch, device)
     acc = torch.zeros(d, h, w, device=device)
     norm = torch.zeros(d, h, w, device=device)
-    axes = [()] + [(axis,) for axis in (2, 3, 4)][:flips]
+    views = _views(flips, rotations)
     for i in range(0, len(corners), batch):
         group = corners[i:i + batch]
         x = torch.stack([volume[:, z:z + patch, y:y + patch, x_:x_ + patch]
                          for z, y, x_ in group]).to(device, non_blocking=True)
         with autocast or torch.autocast(device.type, enabled=False):
-            logits = sum(model(x.flip(a)).flip(a)[:, 0].float() for a in axes) / len(axes)
+            logits = sum(back(model(there(x)))[:, 0].float() for there, back in views) / len(views)
         for (z, y, x_), out in zip(group, logits):
             acc[z:z + patch, y:y + patch, x_:x_ + patch] += out * weight
             norm[z:z + patch, y:y + patch, x_:x_ + patch] += weight
     return torch.sigmoid(acc / norm).cpu()
+
+
+def _views(flips: int, rotations: int) -> list:
+    """(to the view, back) pairs for (N, C, D, H, W) windows: the plain one, then the flips,
+    then the axial rotations."""
+    if not (0 <= flips <= 3 and 0 <= rotations <= 3):
+        raise ValueError(f"flips={flips}, rotations={rotations}: each counts views from 0 to 3")
+    views = [(lambda t: t, lambda t: t)]
+    views += [(lambda t, a=a: t.flip(a), lambda t, a=a: t.flip(a)) for a in (2, 3, 4)[:flips]]
+    views += [(lambda t, k=k: t.rot90(k, (3, 4)), lambda t, k=k: t.rot90(-k, (3, 4)))
+              for k in range(1, rotations + 1)]
+    return views
 
 
 def write_submission(path: Path | str, masks: dict[str, Path]) -> Path:

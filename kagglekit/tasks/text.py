@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from ..machine.int8 import quantize
 from ..parallel import ranks
 from ..parallel.loaders import to_device
 from ..readers.pretrained import quiet_transformers
@@ -172,11 +173,14 @@ def parameter_counts(model) -> dict:
 
 @torch.no_grad()
 def predict_proba(model, texts: TokenizedTexts, collate, batch_size: int, device, autocast=None,
-                  rank: int = 0, world: int = 1, limit_batches: int | None = None) -> np.ndarray:
+                  rank: int = 0, world: int = 1, limit_batches: int | None = None, int8: bool = False) -> np.ndarray:
     """Class probabilities of every text (float64, in the texts' order) on every rank.
 
     Texts sorted by length (each batch pads little), rank r of w takes every w-th batch, in
-    ``autocast`` (the run's precision); the ranks' rows gathered by their index."""
+    ``autocast`` (the run's precision); the ranks' rows gathered by their index. ``int8``: an
+    int8 copy predicts (CPU only, adapters merged first: ``machine.int8``)."""
+    if int8:
+        model, autocast = quantize(ranks.unwrap(model), device), None
     model.eval()
     order = np.argsort(texts.lengths, kind="stable")[::-1]
     batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)][rank::world]

@@ -246,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     view.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
     view.add_argument("--runs", default="runs", help="where the executed notebooks are")
     view.set_defaults(func=cmd_view)
+    from .publish import upload
+    upload.add_command(sub)
     box = sub.add_parser("sandbox", help="run what push sends in a Kaggle-like sandbox, 3 versions")
     box.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
     box.add_argument("--cap", type=int, default=1, help="KAGGLEKIT_WORK_CAP: steps per fit")
@@ -304,9 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # the CLI's errors are messages for a person, not tracebacks
         from ..run.params import ParameterError
         from .figuretable import FiguresError
-        from .publish import build, credentials, kaggle_cli, metadata, weights
+        from .publish import build, credentials, kaggle_cli, metadata, upload, weights
         known = (metadata.MetadataError, credentials.CredentialsError, kaggle_cli.KaggleError,
-                 build.BuildError, ParameterError, FiguresError, weights.PublishError)
+                 build.BuildError, ParameterError, FiguresError, weights.PublishError, upload.UploadRefused)
         if isinstance(err, known):
             print(f"error: {err}", file=sys.stderr)
             return 2

@@ -81,13 +81,24 @@ def collect(run: Path, out: Path, optimizer: bool = False) -> list[str]:
     return copied
 
 
+def carry_choices(run: Path, out: Path) -> list[str]:
+    """The run's JSON cache entries (choices made on validation data, such as the segmentation's
+    threshold): an inference kernel reads no label and must find them where the cache looks."""
+    carried = []
+    for meta in sorted(run.glob("cache/*/*/meta.json")):
+        if json.loads(meta.read_text()).get("kind") == "json":
+            shutil.copytree(meta.parent, out / meta.parent.relative_to(run))
+            carried.append(str(meta.parent.relative_to(run)))
+    return carried
+
+
 def assemble(name: str, run: Path, optimizer: bool = False) -> tuple[Path, dict]:
     """The publication's folder, rebuilt from ``run``: checkpoints, metrics.json, manifest."""
     meta = metadata.load(Path("kernel-metadata") / f"{name}.json")
     out = folder_for(meta)
     shutil.rmtree(out, ignore_errors=True)  # ours alone: rebuilt from the run every time
     out.mkdir(parents=True)
-    files = collect(run, out, optimizer)
+    files = collect(run, out, optimizer) + carry_choices(run, out)
     shutil.copyfile(run / "metrics.json", out / "metrics.json")
     metrics = json.loads((run / "metrics.json").read_text())
     fetched = run / "kaggle.json"

@@ -124,12 +124,13 @@ def publish(folder: Path, owner: str, message: str, timeout_s: float = 600) -> s
 
 
 def publish_folder(folder: Path, ref: str, wanted: dict, message: str, timeout_s: float = 600,
-                   dir_mode: str = "skip") -> str:
+                   dir_mode: str = "skip", record: Path | None = None) -> str:
     """Create or version the dataset ``ref`` from ``folder`` with the real kaggle CLI, unless its
     last upload had the very content ``wanted`` (a digest per file); wait until it is ready.
-    ``dir_mode`` "zip": each sub-folder uploaded as an archive, which Kaggle unpacks."""
+    ``dir_mode`` "zip": each sub-folder uploaded as an archive, which Kaggle unpacks. ``record``:
+    where that content is remembered (default ``<folder>/.published.json``)."""
     from .kaggle_cli import KaggleError, run_cli
-    record = folder / ".published.json"
+    record = record or folder / ".published.json"
     try:
         run_cli("datasets", "status", ref)
         exists = True
