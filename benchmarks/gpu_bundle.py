@@ -14,13 +14,14 @@ the device carries at most 64 MiB with the working tree.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from gpu_checks.setup import sha256  # the check verifies with the same function
 
 REPO = Path(__file__).resolve().parents[1]
 LIMIT_BYTES = 56 * 2**20
@@ -75,21 +76,13 @@ def download(wanted: list[dict], out: Path) -> None:
         raise SystemExit(f"gpu-bundle: pip could not download the wheels:\n{done.stderr.strip()[-1500:]}")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def manifest(out: Path, wanted: list[dict], provided: list[dict]) -> dict:
     by_name = {normalized(w["name"]): w for w in wanted}
     wheels = []
     for path in sorted(out.glob("*.whl")):
         name = normalized(path.name.split("-")[0])
         entry = by_name.get(name, {"name": name, "version": path.name.split("-")[1]})
-        wheels.append({**entry, "file": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path)})
+        wheels.append({**entry, "file": path.name, "bytes": path.stat().st_size, "sha256": sha256(path)})
     total = sum(w["bytes"] for w in wheels)
     return {"python": "cp312", "platform": "manylinux x86_64", "wheels": wheels, "bytes": total,
             "limit_bytes": LIMIT_BYTES, "provided_by_the_image": provided}

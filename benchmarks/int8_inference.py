@@ -57,7 +57,7 @@ def compare(name: str, model: nn.Module, predict, score, recurrent: bool = False
     fp32_s, int8_s = timed_pair(lambda: predict(model), lambda: predict(quantised))
     with torch.inference_mode():
         fp32_score, int8_score = score(predict(model)), score(predict(quantised))
-    print(f"{name}:\n  fp32 {fp32_s * 1e3:7.1f} ms, int8 {int8_s * 1e3:7.1f} ms ({fp32_s / int8_s:.2f}x faster); "
+    print(f"{name}:\n  fp32 {fp32_s * 1e3:7.1f} ms, int8 {int8_s * 1e3:7.1f} ms (speed-up {fp32_s / int8_s:.2f}x); "
           f"accuracy fp32 {fp32_score:.4f}, int8 {int8_score:.4f} ({int8_score - fp32_score:+.4f})")
 
 

@@ -22,7 +22,8 @@ class BundleError(RuntimeError):
     """The bundle is missing, incomplete or altered: rebuild it with make gpu-bundle."""
 
 
-def _sha256(path: Path) -> str:
+def sha256(path: Path) -> str:
+    """The file's sha256, read in 1 MiB blocks (standard library only: runs before any install)."""
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -39,7 +40,7 @@ def verified(bundle: Path) -> list[Path]:
     wheels = []
     for entry in manifest["wheels"]:
         path = bundle / entry["file"]
-        if not path.exists() or _sha256(path) != entry["sha256"]:
+        if not path.exists() or sha256(path) != entry["sha256"]:
             raise BundleError(f"{entry['file']} is missing or altered in {bundle}: run `make gpu-bundle` again")
         wheels.append(path)
     return wheels
