@@ -108,3 +108,19 @@ def test_the_fast_tolerance_ball_is_the_exact_distance(tau):
     for shape in [(7, 9, 11), (2, 5, 5), (30, 20, 10)]:
         at = rng.random(shape) > 0.95
         assert (_near(at, tau) == (ndimage.distance_transform_edt(~at) <= tau)).all()
+
+
+def test_validation_reports_the_mean_score_of_the_first_scored_patches():
+    import kagglekit as kk
+    rng = np.random.default_rng(3)
+    labels = torch.from_numpy(rng.integers(0, 3, (6, 1, 8, 8, 8))).float()
+    images = (labels == 1).float() * 0.8 + torch.from_numpy(rng.random((6, 1, 8, 8, 8))).float() * 0.3
+    loader = [(images[i:i + 2], labels[i:i + 2]) for i in range(0, 6, 2)]
+    model = lambda x: x * 4 - 2  # noqa: E731 - a "model" whose surface is the bright voxels
+    loss = lambda logits, y: torch.tensor(0.0)  # noqa: E731
+    expected = [vesuvius_score((images[i, 0] * 4 - 2 > 0).numpy(), labels[i, 0].numpy())["score"] for i in range(6)]
+    scored = kk.evaluate.segmentation(loader, torch.device("cpu"), loss, scored=3)(model)
+    assert scored["val_score"] == pytest.approx(np.mean(expected[:3]))  # batches 1 and 2, cut at 3
+    assert kk.evaluate.segmentation(loader, torch.device("cpu"), loss, scored=100)(model)["val_score"] == \
+        pytest.approx(np.mean(expected))
+    assert "val_score" not in kk.evaluate.segmentation(loader, torch.device("cpu"), loss, scored=0)(model)

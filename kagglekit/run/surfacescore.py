@@ -217,8 +217,9 @@ def _first_voxels(labels: np.ndarray, n: int) -> np.ndarray:
     """The flat index of each label's first voxel (raster order), for labels 1..n."""
     flat = labels.ravel()
     where = np.flatnonzero(flat)
+    found, at = np.unique(flat[where], return_index=True)  # each label's first occurrence
     first = np.full(n + 1, -1, np.int64)
-    first[flat[where][::-1]] = where[::-1]  # the last write wins: the lowest index
+    first[found] = where[at]
     return first[1:]
 
 
