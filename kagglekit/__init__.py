@@ -8,12 +8,12 @@ from __future__ import annotations
 import importlib
 
 from .machine import driver as _driver  # noqa: F401 (torch.cuda.is_available() asks NVML, never the driver)
-
-__version__ = "0.1.0"
+from .machine.version import __version__  # noqa: F401 (the package face shows it)
 
 # The public names, each in the part that owns it (see each part's docstring).
 _PARTS = {
-    "machine": ["env", "gpus", "driver", "emulate", "ascard", "precision", "int8", "cpuhalf", "budget", "inputs",
+    "machine": ["version", "env", "gpus", "driver", "emulate", "ascard", "precision", "int8", "cpuhalf", "budget",
+                "inputs",
                 "display", "signals", "packages"],
     "parallel": ["ranks", "forkserver", "heartbeat", "forked", "launcher", "ranklog", "loaders", "batches"],
     "state": ["atomic", "rng", "space", "identity", "cache", "snapshot", "checkpoint", "carry", "published"],

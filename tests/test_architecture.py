@@ -131,9 +131,12 @@ MUTABLES = {
     "kagglekit/machine/inputs.py:_indexes": "the attached inputs walked once per process",
     "kagglekit/run/metrics.py:_warned_half": "one warning per process",
     "kagglekit/tasks/cycles.py:_POOL_STEP": "the step the forked pool workers inherit",
+    "kagglekit/machine/signals.py:_requested": "this process's stop request (a signal handler sets it)",
+    "kagglekit/loop/progress.py:_quiet": "a context variable: quiet bars inside a with-block only",
 }
 _MUTABLE_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "deque", "Counter", "bytearray",
-                  "WeakKeyDictionary", "WeakValueDictionary", "WeakSet"}
+                  "WeakKeyDictionary", "WeakValueDictionary", "WeakSet",
+                  "Event", "ContextVar", "Lock", "RLock", "Condition", "Semaphore", "local"}  # state, too
 
 
 def _is_mutable(value) -> bool:
@@ -177,6 +180,23 @@ def test_the_mutables_check_catches_a_new_global(tmp_path):
     ranks.write_text(ranks.read_text() + "\n_state = {}\n\n\ndef set_rank(r):\n    global _rank\n    _rank = r\n")
     assert module_mutables(copy) - set(MUTABLES) == {"kagglekit/parallel/ranks.py:_state",
                                                      "kagglekit/parallel/ranks.py:_rank"}
+
+
+def test_no_floor_imports_the_package_face():
+    """``from .. import x`` in a part would load kagglekit/__init__.py from below it: the version
+    lives on the ground floor (machine/version.py) and pyproject.toml says the same."""
+    face = []
+    for path in PACKAGE.rglob("*.py"):
+        depth = len(path.relative_to(PACKAGE).parts) - 1
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.ImportFrom) and node.module is None and node.level == depth + 1
+                    and path != PACKAGE / "__init__.py"):
+                face.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert not face, face
+    import tomllib
+
+    from kagglekit.machine.version import __version__
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"] == __version__
 
 
 def test_notebooks_ask_the_run_who_they_are():

@@ -119,8 +119,8 @@ def test_validation_reports_the_mean_score_of_the_first_scored_patches():
     model = lambda x: x * 4 - 2  # noqa: E731 - a "model" whose surface is the bright voxels
     loss = lambda logits, y: torch.tensor(0.0)  # noqa: E731
     expected = [vesuvius_score((images[i, 0] * 4 - 2 > 0).numpy(), labels[i, 0].numpy())["score"] for i in range(6)]
-    scored = kk.evaluate.segmentation(loader, torch.device("cpu"), loss, scored=3)(model)
+    scored = kk.segment3d.evaluator(loader, torch.device("cpu"), loss, scored=3)(model)
     assert scored["val_score"] == pytest.approx(np.mean(expected[:3]))  # batches 1 and 2, cut at 3
-    assert kk.evaluate.segmentation(loader, torch.device("cpu"), loss, scored=100)(model)["val_score"] == \
+    assert kk.segment3d.evaluator(loader, torch.device("cpu"), loss, scored=100)(model)["val_score"] == \
         pytest.approx(np.mean(expected))
-    assert "val_score" not in kk.evaluate.segmentation(loader, torch.device("cpu"), loss, scored=0)(model)
+    assert "val_score" not in kk.segment3d.evaluator(loader, torch.device("cpu"), loss, scored=0)(model)

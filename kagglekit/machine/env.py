@@ -124,7 +124,7 @@ class EnvReport:
 def describe_machine(precision: str = "auto", output_dir: Path | None = None,
            verbose: bool = True) -> EnvReport:
     """Describe the machine and decide the precision; never initialises CUDA."""
-    from .. import __version__
+    from .version import __version__
 
     here = where()
     gpus = gpus_mod.inventory()

@@ -11,10 +11,10 @@ import torch
 import torch.distributed as dist
 
 from ..parallel import loaders as data, ranks
-from ..readers.volumes import IGNORE
 
 
-def _all_sum(t: torch.Tensor) -> torch.Tensor:
+def all_sum(t: torch.Tensor) -> torch.Tensor:
+    """``t`` summed over every rank (in place; unchanged outside DDP)."""
     if ranks.distributed():
         dist.all_reduce(t)
     return t
@@ -30,37 +30,8 @@ def classification(loader, device, loss=torch.nn.functional.cross_entropy):
             total += torch.stack([loss(logits.float(), y, reduction="sum").double(),
                                   (logits.argmax(1) == y).sum().double(),
                                   torch.tensor(float(len(y)), dtype=torch.float64, device=device)])
-        total = _all_sum(total)
+        total = all_sum(total)
         return {"val_loss": (total[0] / total[2]).item(), "val_acc": (total[1] / total[2]).item()}
-    return evaluate
-
-
-def segmentation(loader, device, loss_fn, ignore: int = IGNORE, scored: int = 64):
-    """``evaluate(model) -> {"val_loss", "val_dice", "val_score"}`` over patches (all ranks
-    together); labels equal to ``ignore`` count in neither. ``val_score``: the Vesuvius
-    leaderboard score (``surfacescore``, what the competition ranks) averaged over the first
-    ``scored`` patches of each rank, counted on the CPU (about 0.12 s for a 96^3 patch: all of
-    Kaggle's 512 validation patches would add a minute per epoch); 0 leaves it out."""
-    from .surfacescore import vesuvius_score
-
-    def evaluate(model, limit_batches: int | None = None) -> dict:
-        total = torch.zeros(4, dtype=torch.float64, device=device)  # loss, inter, sizes, n
-        points = torch.zeros(2, dtype=torch.float64)  # score sum, patches scored
-        for batch in itertools.islice(loader, limit_batches):
-            x, y = data.to_device(batch, device)
-            logits = model(x)
-            keep = (y != ignore).float()
-            pred, surface = (logits > 0).float() * keep, (y == 1).float()
-            total += torch.stack([loss_fn(logits, y).double() * len(y),
-                                  (pred * surface).sum().double(), (pred.sum() + surface.sum()).double(),
-                                  torch.tensor(float(len(y)), dtype=torch.float64, device=device)])
-            take = int(min(len(y), scored - points[1].item()))
-            if take > 0:
-                points += torch.tensor([sum(vesuvius_score(p[0], t[0])["score"] for p, t in zip(
-                    (logits[:take] > 0).cpu().numpy(), y[:take].cpu().numpy())), take])
-        total, points = _all_sum(total), _all_sum(points.to(device))
-        found = {"val_loss": (total[0] / total[3]).item(), "val_dice": (2 * total[1] / total[2].clamp(min=1)).item()}
-        return {**found, "val_score": (points[0] / points[1]).item()} if scored > 0 else found
     return evaluate
 
 

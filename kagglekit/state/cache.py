@@ -101,7 +101,7 @@ def fingerprint(data) -> str:
 def code_version(code) -> str:
     """The kit's version plus ``code``: a string as given, the source of a function,
     class or module, or a list of those."""
-    from .. import __version__
+    from ..machine.version import __version__
     if code is None:
         text = ""
     elif isinstance(code, str):

@@ -58,7 +58,7 @@ class Found:
 
 
 def _versions() -> dict:
-    from .. import __version__
+    from ..machine.version import __version__
     return {"torch": torch.__version__, "kagglekit": __version__, "python": platform.python_version()}
 
 

@@ -77,8 +77,9 @@ def _allreduce_s(model, device, repeats: int = 5) -> float:
 def measure(run, w: Workload, steps: int, warmup: int, precision=None, batch: int | None = None) -> dict:
     """One rank's part of a measurement: ``warmup`` steps, then ``steps`` timed ones, then the
     metric on the validation set; ``batch`` (default the workload's global one) split over the ranks."""
-    from .. import fit, make_loader
     from ..loop import memory
+    from ..loop.train import fit
+    from ..parallel.loaders import make_loader
     device, world = run.device, run.world_size
     per_rank = max(1, (batch or w.batch_size) // world)
     torch.manual_seed(0)

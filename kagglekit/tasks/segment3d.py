@@ -1,8 +1,10 @@
-"""3-D segmentation parts: patches of lazy volumes, Dice with an ignore label, the threshold
-baseline, sliding-window inference with test-time flips, and the submission zip."""
+"""3-D segmentation parts: patches of lazy volumes, their validation (Dice with an ignore label,
+the leaderboard's score), the threshold baseline, sliding-window inference with test-time flips
+and turns, and the submission zip."""
 from __future__ import annotations
 
 import io
+import itertools
 import zipfile
 from pathlib import Path
 
@@ -10,7 +12,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from ..parallel.loaders import to_device
 from ..readers.volumes import IGNORE
+from ..run.evaluate import all_sum
+from ..run.surfacescore import vesuvius_score
 from ..state import atomic
 
 
@@ -79,6 +84,33 @@ def dice(pred, truth, ignore: int | None = IGNORE) -> float:
     pred, surface = pred.bool() & keep, truth == 1
     total = pred.sum() + surface.sum()
     return 1.0 if total == 0 else float(2 * (pred & surface).sum() / total)
+
+
+def evaluator(loader, device, loss_fn, ignore: int = IGNORE, scored: int = 64):
+    """``evaluate(model) -> {"val_loss", "val_dice", "val_score"}`` over patches (all ranks
+    together); labels equal to ``ignore`` count in neither. ``val_score``: the Vesuvius
+    leaderboard score (``surfacescore``, what the competition ranks) averaged over the first
+    ``scored`` patches of each rank, counted on the CPU (about 0.12 s for a 96^3 patch: all of
+    Kaggle's 512 validation patches would add a minute per epoch); 0 leaves it out."""
+    def evaluate(model, limit_batches: int | None = None) -> dict:
+        total = torch.zeros(4, dtype=torch.float64, device=device)  # loss, inter, sizes, n
+        points = torch.zeros(2, dtype=torch.float64)  # score sum, patches scored
+        for batch in itertools.islice(loader, limit_batches):
+            x, y = to_device(batch, device)
+            logits = model(x)
+            keep = (y != ignore).float()
+            pred, surface = (logits > 0).float() * keep, (y == 1).float()
+            total += torch.stack([loss_fn(logits, y).double() * len(y),
+                                  (pred * surface).sum().double(), (pred.sum() + surface.sum()).double(),
+                                  torch.tensor(float(len(y)), dtype=torch.float64, device=device)])
+            take = int(min(len(y), scored - points[1].item()))
+            if take > 0:
+                points += torch.tensor([sum(vesuvius_score(p[0], t[0])["score"] for p, t in zip(
+                    (logits[:take] > 0).cpu().numpy(), y[:take].cpu().numpy())), take])
+        total, points = all_sum(total), all_sum(points.to(device))
+        found = {"val_loss": (total[0] / total[3]).item(), "val_dice": (2 * total[1] / total[2].clamp(min=1)).item()}
+        return {**found, "val_score": (points[0] / points[1]).item()} if scored > 0 else found
+    return evaluate
 
 
 def threshold_counts(image: np.ndarray, label: np.ndarray) -> np.ndarray:

@@ -168,7 +168,7 @@ def render(notebook: Path, params: dict, wheel: Path, out: Path,
 
 
 def _version() -> str:
-    from ... import __version__
+    from ...machine.version import __version__
     return __version__
 
 
