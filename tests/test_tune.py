@@ -195,8 +195,9 @@ def test_a_search_whose_first_trials_show_100_will_not_fit_runs_what_fits_at_a_q
     assert 2 < len(study.trials) < 100 and all(t.state.name == "COMPLETE" for t in study.trials)
     out = capsys.readouterr().out
     import re
-    assert re.search(r"98 trials left at 0\.5 s each \(full size, 1 worker\(s\)\) need \d+\.\d min; "
-                     r"0\.1 min left: each trial at 0\.25 of its size; \d+ trials of 100 fit", out), out
+    # the per-trial time and the minutes left are measured (a loaded machine's first trial is slower)
+    assert re.search(r"98 trials left at \d+\.\d s each \(full size, 1 worker\(s\)\) need \d+\.\d min; "
+                     r"\d+\.\d min left: each trial at 0\.25 of its size; \d+ trials of 100 fit", out), out
     assert "(time budget: " in out
 
 
