@@ -13,7 +13,7 @@ from pathlib import Path
 
 CURRENT_SHAPES = {"NvidiaTeslaT4": "GPU T4 x2"}
 RETIRED_SHAPES = {"NvidiaTeslaP100": "retired by Kaggle; sessions land on T4 anyway"}
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{3,48}[a-z0-9]$")
+SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{3,48}[a-z0-9]$")  # Kaggle's rule for kernel and dataset slugs
 _OWNER_SLUG = re.compile(r"^[A-Za-z0-9_-]+/[a-z0-9][a-z0-9-]*[a-z0-9](/\d+)?$")  # "/N": a version
 _MODEL = re.compile(r"^[^/\s]+/[^/\s]+/[^/\s]+/[^/\s]+/\d+$")
 KNOWN = {"slug", "title", "notebook", "is_private", "enable_internet", "enable_tpu",
@@ -54,7 +54,7 @@ def validate(meta: dict, path: Path, notebooks_dir: Path = Path("notebooks")) ->
         problems.append((key, f"unknown field (Kaggle ignores unknown keys silently); known: "
                               f"{', '.join(sorted(KNOWN))}"))
     slug, title = meta.get("slug", ""), meta.get("title", "")
-    if not isinstance(slug, str) or not _SLUG.match(slug):
+    if not isinstance(slug, str) or not SLUG.match(slug):
         problems.append(("slug", f"{slug!r} must be 5-50 lower-case letters, digits or dashes, "
                                  "without owner or version (the owner comes from your credentials)"))
     if not isinstance(title, str) or len(title) < 5:

@@ -18,10 +18,9 @@ folder is not sent again.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
-from . import credentials
+from . import credentials, metadata
 from .build import build_root
 
 LIMIT_BYTES = 200 * 10**9
@@ -30,7 +29,6 @@ CREDENTIAL_NAMES = {"kaggle.json", ".netrc", "_netrc", ".git-credentials", "cred
                     ".env", "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "access_token", ".pypirc"}
 CREDENTIAL_SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".keystore")
 SCANNED_BYTES = 1 << 20  # files up to this size are searched for the Kaggle key itself
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{3,48}[a-z0-9]$")
 
 
 class UploadRefused(ValueError):
@@ -49,7 +47,7 @@ def files_of(folder: Path) -> dict[str, tuple[int, int]]:
 
 def check(folder: Path, slug: str) -> dict[str, tuple[int, int]]:
     """The folder's files, once nothing in it or in the slug would be refused (see the module)."""
-    if not _SLUG.match(slug):
+    if not metadata.SLUG.match(slug):
         raise UploadRefused(f"SLUG={slug!r}: a dataset slug is 5-50 lower-case letters, digits or dashes, "
                             "starting and ending with a letter or digit")
     if not folder.is_dir():
