@@ -56,8 +56,8 @@ def plain(model, data) -> None:
 
 def kit(model, data) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    kk.fit(model, optimizer, data, kk.supervised(F.cross_entropy), epochs=1, progress=False,
-           checkpoints=None, save_every_min=None, device="cpu", precision="fp32")
+    kk.fit(model, optimizer, data, kk.supervised(F.cross_entropy), run=kk.Alone(device="cpu"), epochs=1,
+           progress=False, checkpoints=None, save_every_min=None, speed=kk.Speed(precision="fp32"))
 
 
 def timed(fn, model, data) -> float:

@@ -81,8 +81,8 @@ def kit(data, classes: int, seed: int, folder: Path) -> tuple[float, float]:
     def loss(model, batch):
         return F.cross_entropy(model(batch.x, batch.edge_index)[: batch.batch_size], batch.y[: batch.batch_size])
     checkpoints = kk.CheckpointManager(folder, monitor="val_accuracy", mode="max")
-    kk.fit(model, optimizer, loader, loss, evaluate=kk.evaluate.nodes(data, data.val_mask, "cpu"),
-           checkpoints=checkpoints, resume=False, progress=False, config={"seed": seed},
+    kk.fit(model, optimizer, loader, loss, run=kk.Alone(resume=False, config={"seed": seed}),
+           evaluate=kk.evaluate.nodes(data, data.val_mask, "cpu"), checkpoints=checkpoints, progress=False,
            **kk.loaders.schedule(STEPS, loader, EVERY))
     checkpoints.restore_best(model)
     return time.perf_counter() - started, test_accuracy(model, data)

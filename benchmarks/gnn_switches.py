@@ -54,8 +54,9 @@ def timed(data, device, accumulate=1, grad_checkpointing=False, compile=False) -
                                    steps_between_evals=STEPS * accumulate, seed=0, device=device)
     kk.memory.reset_peak_of(device)
     result = kk.fit(model, torch.optim.Adam(model.parameters(), lr=1e-2), loader, node_loss,
-                    device=device, progress=False, compile="auto" if compile else "off",
-                    **kk.loaders.schedule(2 * STEPS, loader, STEPS, accumulate))
+                    run=kk.Alone(device=device), progress=False,
+                    **kk.loaders.schedule(2 * STEPS, loader, STEPS, accumulate),
+                    speed=kk.Speed(compile="auto" if compile else "off"))
     last, before = result.history[-1], result.history[-2]  # the last interval: after the warm-up
     steady = last["seconds"] / (last["step"] - before["step"])
     return {"step_ms": 1e3 * steady, **kk.memory.peak_of(device)}

@@ -93,8 +93,8 @@ def _fit_steps_per_s(steps: int, size: int, mode: str) -> dict:
     model = models.MLP(size, size, 4, depth=8)
     loader = data.make_loader(datasets.tabular(64 * steps, features=size), 64, num_workers=0)
     result = kk.fit(model, torch.optim.AdamW(model.parameters(), 1e-3), loader,
-                    kk.supervised(torch.nn.functional.cross_entropy), max_steps=steps,
-                    precision="fp32", cuda_graphs=mode, device="cuda", progress=False)
+                    kk.supervised(torch.nn.functional.cross_entropy), run=kk.Alone(device="cuda"), max_steps=steps,
+                    progress=False, speed=kk.Speed(precision="fp32", cuda_graphs=mode))
     return {"steps_per_s": result.samples_per_s / 64, "status": result.cuda_graphs,
             "verdict": result.diagnosis()["verdict"]}
 

@@ -34,8 +34,8 @@ def plain_loop(model, optimizer, loader, device) -> int:
 
 
 def kit_loop(model, optimizer, loader, device) -> int:
-    result = kk.fit(model, optimizer, loader, kk.supervised(F.cross_entropy), epochs=1,
-                    device=device, checkpoints=None, time_budget=None, save_every_min=None,
+    result = kk.fit(model, optimizer, loader, kk.supervised(F.cross_entropy),
+                    run=kk.Alone(device=device, time_budget=None), epochs=1, checkpoints=None, save_every_min=None,
                     progress=False)
     return result.steps
 

@@ -35,8 +35,8 @@ def plain_loop(model, optimizer, scheduler, loader) -> None:
 
 
 def kit_loop(model, optimizer, scheduler, loader) -> None:
-    kk.fit(model, optimizer, loader, lambda m, b: m(**b).loss, epochs=1, scheduler=scheduler,
-           clip_grad_norm=1.0, checkpoints=None, time_budget=None, save_every_min=None, progress=False)
+    kk.fit(model, optimizer, loader, lambda m, b: m(**b).loss, run=kk.Alone(time_budget=None), epochs=1,
+           scheduler=scheduler, clip_grad_norm=1.0, checkpoints=None, save_every_min=None, progress=False)
 
 
 def _parts(folder: Path, loader, lora_r: int):

@@ -16,21 +16,22 @@ _PARTS = {
                 "inputs",
                 "display", "signals", "packages"],
     "parallel": ["ranks", "forkserver", "heartbeat", "forked", "launcher", "ranklog", "loaders", "batches"],
-    "state": ["atomic", "rng", "space", "identity", "cache", "snapshot", "checkpoint", "carry", "published"],
+    "state": ["atomic", "rng", "space", "keys", "identity", "cache", "snapshot", "found", "checkpoint", "published"],
     "readers": ["tiff", "volumecache", "volumes", "graphsets", "timeseries", "windows", "tables", "datasets",
                 "graph", "textsets", "pretrained"],
-    "loop": ["train", "epochs", "step", "halving", "fitoptions", "fitstate", "durable", "accel", "cudagraph", "guards",
+    "loop": ["train", "epochs", "step", "halving", "fitoptions", "fitstate", "durable", "resuming", "restarts",
+             "fallback", "accel", "cudagraph", "guards",
              "progress", "monitor", "memory", "schedule"],
-    "run": ["context", "params", "plots", "metrics", "surfacescore", "evaluate", "submission", "folds", "oofio",
+    "run": ["context", "unit", "params", "splitters", "plots", "metrics", "surfacescore", "evaluate", "submission", "folds", "oofio",
             "blend", "serving"],
     "search": ["tune", "sizing", "studyreport", "studystore", "boosting"],
     "tasks": ["segment3d", "postprocess3d", "augment3d", "models", "cycles", "text", "figures"],
 }
 _SUBMODULES = {name: f"{part}.{name}" for part, names in _PARTS.items() for name in names}
 _EXPORTS = {
-    "start": "context", "Run": "context",
+    "start": "context", "Run": "context", "Unfinished": "unit",
     "fit": "train", "supervised": "train", "EarlyStopping": "fitstate", "FitResult": "fitstate",
-    "Stop": "fitoptions",
+    "Stop": "fitoptions", "Speed": "fitoptions", "Monitor": "fitoptions", "Alone": "fitoptions",
     "CheckpointManager": "checkpoint", "make_loader": "loaders", "Budget": "budget",
     "seed_everything": "env", "launch": "launcher", "headline": "display",
 }

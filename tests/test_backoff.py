@@ -31,8 +31,8 @@ def _oom_above(limit: int, loss_fn):
 
 def _one_step(model, batch, loss_fn) -> tuple[dict, list]:
     model = copy.deepcopy(model)
-    result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=1.0), [batch], loss_fn,
-                    epochs=1, progress=False, device="cpu", precision="fp32")
+    result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=1.0), [batch], loss_fn, run=kk.Alone(device="cpu"),
+                    epochs=1, progress=False, speed=kk.Speed(precision="fp32"))
     return model.state_dict(), result.oom_events
 
 
@@ -194,8 +194,8 @@ def _adamw_fit(optimizer_class, steps: int = 3):
     model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4))
     data = kk.datasets.tabular(48, features=6, seed=0)
     result = kk.fit(model, optimizer_class(model.parameters(), lr=0.05), kk.make_loader(data, 16, num_workers=0),
-                    kk.supervised(F.cross_entropy), epochs=1, max_steps=steps, progress=False,
-                    device="cpu")
+                    kk.supervised(F.cross_entropy), run=kk.Alone(device="cpu"), epochs=1, max_steps=steps,
+                    progress=False)
     return model.state_dict(), result.oom_events, result.precision
 
 
@@ -261,9 +261,9 @@ def test_validation_out_of_memory_is_answered_by_halving_the_batch(through):
         val = kk.make_loader(kk.datasets.tabular(27, features=6, seed=1), 27, train=False, num_workers=0)
         how = {"evaluate": kk.evaluate.classification(val, torch.device("cpu"))} \
             if through == "evaluator" else {"val_loader": val}
-        result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),
-                        kk.make_loader(data, 20, num_workers=0), kk.supervised(F.cross_entropy),
-                        epochs=1, progress=False, device="cpu", precision="fp32", **how)
+        result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), kk.make_loader(data, 20, num_workers=0),
+                        kk.supervised(F.cross_entropy), run=kk.Alone(device="cpu"), epochs=1, progress=False, **how,
+                        speed=kk.Speed(precision="fp32"))
         return result.history[-1]
     whole, halved = validated(limit=100), validated(limit=5)  # 27 -> 13 + 14 -> ... -> <= 5
     assert halved == pytest.approx({**whole, "seconds": halved["seconds"],

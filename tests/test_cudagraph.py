@@ -73,8 +73,8 @@ def _train(cuda_graphs, model_cls=BatchNormNet, n=200, batch=32, accumulate=1, l
     model = model_cls()
     opt = torch.optim.AdamW(model.parameters(), 1e-2)
     result = kk.fit(model, opt, data.make_loader(ds, batch, num_workers=0, seed=0, drop_last=False), loss,
-                    epochs=2, accumulate=accumulate, cuda_graphs=cuda_graphs, device="cpu",
-                    progress=False, **kw)
+                    run=kk.Alone(device="cpu"), epochs=2, accumulate=accumulate, progress=False, **kw,
+                    speed=kk.Speed(cuda_graphs=cuda_graphs))
     return model, result
 
 
@@ -98,12 +98,12 @@ def test_strict_refuses_before_any_training_and_names_the_fix():
     before = [p.detach().clone() for p in model.parameters()]
     loader = data.make_loader(datasets.tabular(64, features=16), 16, num_workers=0)
     with pytest.raises(ValueError, match="cuda_graphs='auto'"):
-        kk.fit(model, torch.optim.SGD(model.parameters(), 0.1), loader, LOSS, device="cpu",
-               cuda_graphs="strict", progress=False)
+        kk.fit(model, torch.optim.SGD(model.parameters(), 0.1), loader, LOSS, run=kk.Alone(device="cpu"),
+               progress=False, speed=kk.Speed(cuda_graphs="strict"))
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     with pytest.raises(ValueError, match="not both"):
-        kk.fit(model, torch.optim.SGD(model.parameters(), 0.1), loader, LOSS, device="cpu",
-               cuda_graphs="auto", compile="auto", progress=False)
+        kk.fit(model, torch.optim.SGD(model.parameters(), 0.1), loader, LOSS, run=kk.Alone(device="cpu"),
+               progress=False, speed=kk.Speed(compile="auto", cuda_graphs="auto"))
 
 
 def test_replayed_training_equals_eager_with_accumulation_batchnorm_and_a_short_batch(standin):
@@ -175,8 +175,8 @@ def test_a_forward_of_the_model_own_survives_fit(standin):
     model.forward = lambda x: own(x) * 2  # e.g. what checkpoint_blocks does to a block
     marker = model.forward
     loader = data.make_loader(datasets.tabular(64, features=16), 16, num_workers=0)
-    kk.fit(model, torch.optim.SGD(model.parameters(), 0.1), loader, LOSS, device="cpu",
-           cuda_graphs="auto", progress=False)
+    kk.fit(model, torch.optim.SGD(model.parameters(), 0.1), loader, LOSS, run=kk.Alone(device="cpu"), progress=False,
+           speed=kk.Speed(cuda_graphs="auto"))
     assert model.forward is marker
 
 
@@ -187,9 +187,8 @@ def _ddp_train(cuda_graphs, oom_backoff):
     kk.seed_everything(0)
     model = BatchNormNet()
     loader = data.make_loader(datasets.tabular(256, features=16, seed=0), 16, num_workers=0)
-    result = kk.fit(model, torch.optim.SGD(model.parameters(), 0.1), loader, LOSS, epochs=2,
-                    accumulate=2, cuda_graphs=cuda_graphs, oom_backoff=oom_backoff,
-                    progress=False)
+    result = kk.fit(model, torch.optim.SGD(model.parameters(), 0.1), loader, LOSS, epochs=2, accumulate=2,
+                    progress=False, speed=kk.Speed(cuda_graphs=cuda_graphs, oom_backoff=oom_backoff))
     return {k: v.clone() for k, v in model.state_dict().items()}, result.cuda_graphs
 
 
@@ -214,8 +213,8 @@ def test_real_capture_trains_like_eager_on_cuda():
         loader = data.make_loader(datasets.tabular(200, features=16, seed=0), 32, num_workers=0,
                                   seed=0)
         result = kk.fit(model, torch.optim.AdamW(model.parameters(), 1e-2), loader, LOSS,
-                        epochs=2, accumulate=2, precision="fp32", cuda_graphs=mode,
-                        device="cuda", progress=False)
+                        run=kk.Alone(device="cuda"), epochs=2, accumulate=2, progress=False,
+                        speed=kk.Speed(precision="fp32", cuda_graphs=mode))
         return model.cpu(), result
 
     eager, _ = train("off")
@@ -230,7 +229,7 @@ def test_real_capture_under_fp16_autocast_and_grad_scaler():
     kk.seed_everything(0)
     model = models.MLP(16, 64, 4, depth=4)
     loader = data.make_loader(datasets.tabular(512, features=16, seed=0), 64, num_workers=0)
-    result = kk.fit(model, torch.optim.AdamW(model.parameters(), 3e-3), loader, LOSS, epochs=4,
-                    precision="fp16", cuda_graphs="strict", device="cuda", progress=False)
+    result = kk.fit(model, torch.optim.AdamW(model.parameters(), 3e-3), loader, LOSS, run=kk.Alone(device="cuda"),
+                    epochs=4, progress=False, speed=kk.Speed(precision="fp16", cuda_graphs="strict"))
     assert result.precision == "fp16" and result.cuda_graphs.startswith("cuda graph: 32 of 32")
     assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]

@@ -42,9 +42,8 @@ def _fit(ckpt, loss_fn, precision, epochs=3):
     kk.seed_everything(0)
     model = models.MLP(16, 32, 4)
     result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),
-                    data.make_loader(datasets.tabular(512, features=16), 32, num_workers=0), loss_fn,
-                    epochs=epochs, precision=precision, checkpoints=ckpt, progress=False,
-                    save_every_min=None)
+                    data.make_loader(datasets.tabular(512, features=16), 32, num_workers=0), loss_fn, epochs=epochs,
+                    checkpoints=ckpt, progress=False, save_every_min=None, speed=kk.Speed(precision=precision))
     return model, result
 
 
@@ -62,8 +61,8 @@ def test_a_nan_under_automatic_fp16_goes_on_in_fp32_from_the_last_good_checkpoin
     # The next session carries on in fp32, not back in fp16.
     again = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),
                    data.make_loader(datasets.tabular(512, features=16), 32, num_workers=0),
-                   _nan_loss(1, only_half=True), epochs=3, precision=Precision("fp16", "cpu", auto=True),
-                   checkpoints=CheckpointManager(tmp_path, search=[]), progress=False)
+                   _nan_loss(1, only_half=True), epochs=3, checkpoints=CheckpointManager(tmp_path, search=[]),
+                   progress=False, speed=kk.Speed(precision=Precision("fp16", "cpu", auto=True)))
     assert again.stopped == "already_complete"
 
 

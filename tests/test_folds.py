@@ -34,7 +34,7 @@ def _output_env():
 def _predict_mean(fold, x, y):
     """A model in one line: the training rows' mean, for every validation and test row."""
     value = float(np.mean(y[fold.train]))
-    return {"oof": {"mean": np.full(len(fold.val), value)}, "test": {"mean": np.full(3, value)}}
+    return kk.folds.Predictions(oof={"mean": np.full(len(fold.val), value)}, test={"mean": np.full(3, value)})
 
 
 def test_the_oof_score_is_scikit_learns_metric_on_the_concatenated_oof_predictions(tmp_path):
@@ -44,7 +44,7 @@ def test_the_oof_score_is_scikit_learns_metric_on_the_concatenated_oof_predictio
     run = _start(tmp_path / "out")
     cv = kk.folds.CrossValidation(run, "m", KFold(5, shuffle=True, random_state=1), n=50,
                                   ids=[f"row{i}" for i in range(50)])
-    result = cv.run(lambda f: _predict_mean(f, None, y), config={}, target=y,
+    result = cv.run(lambda f: _predict_mean(f, None, y), target=y,
                     metric=mean_absolute_error, test_ids=["a", "b", "c"])
     assert result.complete and result.done == [0, 1, 2, 3, 4]
     oof = pd.read_parquet(tmp_path / "out" / "oof.parquet")
@@ -69,7 +69,7 @@ def test_every_version_sees_the_same_folds_and_skips_the_done_ones(tmp_path, kag
         return _predict_mean(f, None, y)
     splitter = StratifiedKFold(3, shuffle=True, random_state=0)
     cv = kk.folds.CrossValidation(first, "s", splitter, n=60, y=y)
-    cv.run(train, config={})
+    cv.run(train)
     # The next kernel version: the previous output mounted read-only, a fresh working dir.
     previous = kaggle_tree / "input" / "notebooks" / "me" / "cv"
     previous.parent.mkdir(parents=True)
@@ -79,7 +79,7 @@ def test_every_version_sees_the_same_folds_and_skips_the_done_ones(tmp_path, kag
     again = kk.start(dict(DECLARED), "cv", declared=dict(DECLARED), verbose=False)
     cv2 = kk.folds.CrossValidation(again, "s", splitter, n=60, y=y)
     assert [f.val.tolist() for f in cv2.folds] == [f.val.tolist() for f in cv.folds]
-    result = cv2.run(train, config={})
+    result = cv2.run(train)
     assert calls == [0, 1, 2] and result.complete  # every fold a cache hit in version 2
     assert set(again.chain.values()) == {"hit"}
 
@@ -106,14 +106,14 @@ def test_a_budget_that_holds_two_folds_trains_two_and_names_the_rest(tmp_path, m
     run = _start(tmp_path / "out")
     run.deadline = clock.now + 250  # room for two folds of 100 s (and a margin), not three
     cv = kk.folds.CrossValidation(run, "t", KFold(5), n=50)
-    result = cv.run(train, config={})
+    result = cv.run(train)
     assert not result.complete and result.done == [0, 1] and result.pending == [2, 3, 4]
     assert result.message.startswith("folds 0-1 of 5 done, 2-4 next version")
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert "scores" not in metrics["cv_t"] and not (tmp_path / "out" / "oof.parquet").exists()
     later = _start(tmp_path / "out")  # the next session: a fresh budget; folds 0-1 are hits
     later.deadline = clock.now + 1000
-    done = kk.folds.CrossValidation(later, "t", KFold(5), n=50).run(train, config={})
+    done = kk.folds.CrossValidation(later, "t", KFold(5), n=50).run(train)
     assert done.complete and [later.chain[f"cache:t-fold{k}"] for k in range(5)] == \
         ["hit", "hit", "computed", "computed", "computed"]
 
@@ -122,11 +122,17 @@ def test_a_fold_whose_training_stopped_early_is_not_cached_and_a_cap_per_version
     y = np.arange(40.0)
     run = _start(tmp_path / "out")
     stopped = kk.folds.CrossValidation(run, "u", KFold(4), n=40)
-    result = stopped.run(lambda f: None if f.index == 1 else _predict_mean(f, None, y), config={})
+    def train(f):
+        if f.index == 1:  # what a fit with the fold unit's checkpoints raises at the deadline
+            raise kk.Unfinished(f"{f.name}: the session's time ran out")
+        return _predict_mean(f, None, y)
+    result = stopped.run(train)
     assert result.done == [0] and result.pending == [1, 2, 3]
-    assert not run.cache.has("u-fold1", {"fold": 1, "split": stopped.key})
+    assert stopped.folds[0].unit.done and not stopped.folds[1].unit.done
+    with pytest.raises(TypeError, match=r"returned NoneType: return kk.folds.Predictions"):
+        kk.folds.CrossValidation(run, "n", KFold(2), n=40).run(lambda f: None)
     capped = kk.folds.CrossValidation(run, "c", TimeSeriesSplit(4), n=40)
-    first = capped.run(lambda f: _predict_mean(f, None, y), config={}, per_version=2)
+    first = capped.run(lambda f: _predict_mean(f, None, y), per_version=2)
     assert first.done == [0, 1] and "folds 0-1 of 4 done, 2-3 next version" in first.message
     assert all(f.train.max() < f.val.min() for f in capped.folds)  # the past only, in time
 
@@ -188,7 +194,7 @@ def test_class_logits_keep_one_label_per_node_in_the_oof_file(tmp_path):
     logits = rng.normal(size=(60, 3)) + 2 * np.eye(3)[y] * (rng.random((60, 1)) < 0.7)
     run = _start(tmp_path / "out")
     cv = kk.folds.CrossValidation(run, "c", StratifiedKFold(4, shuffle=True, random_state=0), n=60, y=y)
-    result = cv.run(lambda f: {"oof": {"net": logits[f.val]}, "test": {"net": logits[:5]}}, config={},
+    result = cv.run(lambda f: kk.folds.Predictions(oof={"net": logits[f.val]}, test={"net": logits[:5]}),
                     target=y, metric=lambda t, p: accuracy_score(t, p.argmax(1)), higher_is_better=True)
     oof = pd.read_parquet(tmp_path / "out" / "oof.parquet")
     assert len(oof) == 180 and oof.groupby("id")["target"].nunique().eq(1).all()

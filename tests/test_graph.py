@@ -127,8 +127,8 @@ def test_the_kits_sampler_trains_a_model_that_beats_features_alone():
     for name, model in (("sage", SAGE(data.num_features, 1)), ("features", Features(data.num_features))):
         torch.manual_seed(0)
         loader = graph.seed_loader(data, data.train_mask, [10, 5], 256)
-        kk.fit(model, torch.optim.Adam(model.parameters(), lr=1e-2), loader, seed_loss,
-               epochs=6, progress=False, precision="fp32")
+        kk.fit(model, torch.optim.Adam(model.parameters(), lr=1e-2), loader, seed_loss, epochs=6, progress=False,
+               speed=kk.Speed(precision="fp32"))
         logits = kk.evaluate.node_logits(model, data, "cpu")[data.test_mask]
         scores[name] = kk.metrics.classification(logits, data.y[data.test_mask])["pr_auc"]
     assert scores["sage"] > scores["features"] + 0.15, scores

@@ -20,9 +20,8 @@ PLANETOID = REPO.parent / "shared" / "data" / "planetoid"
 def _fit(ckpt, dataset, hidden=32, epochs=1, **kw):
     kk.seed_everything(0)
     model = models.MLP(16, hidden, 4)
-    return kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),
-                  data.make_loader(dataset, 64, num_workers=0), LOSS, epochs=epochs,
-                  checkpoints=ckpt, progress=False, config={"lr": 0.1}, **kw)
+    return kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), data.make_loader(dataset, 64, num_workers=0),
+                  LOSS, run=kk.Alone(config={"lr": 0.1}, **kw), epochs=epochs, checkpoints=ckpt, progress=False)
 
 
 def _files(folder: Path) -> dict:

@@ -26,9 +26,8 @@ def _train(per_gpu_batch: int, steps: int, accumulate: int = 1, oom_above: dict 
     if oom_above is not None:
         model = _OomAbove(model, oom_above.get(kk.ranks.rank()))
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    result = kk.fit(model, opt, data.make_loader(ds, per_gpu_batch, num_workers=0), LOSS,
-                    epochs=10, max_steps=steps, accumulate=accumulate, progress=False,
-                    oom_backoff=oom_backoff)
+    result = kk.fit(model, opt, data.make_loader(ds, per_gpu_batch, num_workers=0), LOSS, epochs=10, max_steps=steps,
+                    accumulate=accumulate, progress=False, speed=kk.Speed(oom_backoff=oom_backoff))
     inner = model.inner if oom_above is not None else model
     return {k: v.clone() for k, v in inner.state_dict().items()}, result.summary()
 

@@ -28,8 +28,8 @@ def _fit(folder, epochs, schedule="step", **options):
              "onecycle": lambda: torch.optim.lr_scheduler.OneCycleLR(
                  opt, max_lr=3e-3, epochs=epochs, steps_per_epoch=len(loader))}[schedule]()
     result = kk.fit(model, opt, loader, LOSS, epochs=epochs, scheduler=sched, progress=False,
-                    checkpoints=CheckpointManager(folder, search=[]), save_every_min=None,
-                    config={"lr": 3e-3, "epochs": epochs}, **options)
+                    checkpoints=CheckpointManager(folder, search=[], config={"lr": 3e-3, "epochs": epochs}),
+                    save_every_min=None, **options)
     return result, model, opt
 
 

@@ -62,9 +62,8 @@ def test_a_slow_dataset_is_diagnosed_input_bound_and_the_advice_names_the_loader
     kk.seed_everything(0)
     ds = SlowData(datasets.tabular(256, features=16))
     model = models.MLP(16, 32, 4)
-    result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),
-                    data.make_loader(ds, 32, num_workers=0), kk.supervised(F.cross_entropy),
-                    epochs=1, profile_every=2, progress=False)
+    result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), data.make_loader(ds, 32, num_workers=0),
+                    kk.supervised(F.cross_entropy), epochs=1, progress=False, monitor=kk.Monitor(profile_every=2))
     d = result.diagnosis()
     assert result.breakdown["sampled_steps"] == 4
     assert d["verdict"] == "input-bound" and d["numbers"]["data_wait_pct"] > 50
@@ -105,9 +104,8 @@ def test_timing_is_sampled_not_every_step():
     kk.seed_everything(0)
     ds = datasets.tabular(640, features=16)
     model = models.MLP(16, 32, 4)
-    result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),
-                    data.make_loader(ds, 32, num_workers=0), kk.supervised(F.cross_entropy),
-                    epochs=1, profile_every=5, progress=False)
+    result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), data.make_loader(ds, 32, num_workers=0),
+                    kk.supervised(F.cross_entropy), epochs=1, progress=False, monitor=kk.Monitor(profile_every=5))
     assert result.steps == 20 and result.breakdown["sampled_steps"] == 4
 
 
@@ -139,9 +137,8 @@ def test_on_gpu_the_breakdown_carries_memory_per_phase_and_nvml_samples():
     kk.seed_everything(0)
     model = models.MLP(256, 1024, 4, depth=4)
     loader = data.make_loader(datasets.tabular(64 * 400, features=256), 64, num_workers=0)
-    result = kk.fit(model, torch.optim.AdamW(model.parameters()), loader,
-                    kk.supervised(F.cross_entropy), epochs=3, device="cuda", profile_every=10,
-                    progress=False)
+    result = kk.fit(model, torch.optim.AdamW(model.parameters()), loader, kk.supervised(F.cross_entropy),
+                    run=kk.Alone(device="cuda"), epochs=3, progress=False, monitor=kk.Monitor(profile_every=10))
     assert result.breakdown["clock"] == "cuda events" and result.breakdown["sampled_steps"] == 120
     memory = result.breakdown["memory_mb"]
     assert memory["allocated_after"]["compute"] > 0 and memory["peak"] >= memory["allocated_after"]["h2d"]

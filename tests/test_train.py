@@ -63,8 +63,8 @@ def test_compile_failure_falls_back_to_eager_with_the_reason(capsys):
     for m, mode in [(model, {"backend": _failing_backend}), (reference, "off")]:
         kk.seed_everything(1)
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
-        result = kk.fit(m, opt, data.make_loader(ds, 32, num_workers=0), LOSS, epochs=1,
-                        compile=mode, progress=False)
+        result = kk.fit(m, opt, data.make_loader(ds, 32, num_workers=0), LOSS, epochs=1, progress=False,
+                        speed=kk.Speed(compile=mode))
         if mode != "off":
             assert result.compile.startswith("eager (compile failed")
             assert "backend exploded on purpose" in capsys.readouterr().err
@@ -87,8 +87,8 @@ def _fit_until(budget, ckpt: CheckpointManager):
     def slow_loss(m, batch):
         time.sleep(0.03)
         return LOSS(m, batch)
-    result = kk.fit(model, opt, data.make_loader(ds, 8, num_workers=0), slow_loss, epochs=50,
-                    checkpoints=ckpt, time_budget=budget, save_every_min=None, progress=False)
+    result = kk.fit(model, opt, data.make_loader(ds, 8, num_workers=0), slow_loss, run=kk.Alone(time_budget=budget),
+                    epochs=50, checkpoints=ckpt, save_every_min=None, progress=False)
     return ds, model, opt, result
 
 
@@ -174,16 +174,16 @@ def test_a_checkpoint_of_another_config_is_not_resumed(tmp_path):
     ds, model = _setup()
     ckpt = CheckpointManager(tmp_path, search=[])
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    kk.fit(model, opt, data.make_loader(ds, 64, num_workers=0), LOSS, epochs=1,
-           checkpoints=ckpt, progress=False, config={"lr": 0.1, "epochs": 1})
-    longer = kk.fit(model, opt, data.make_loader(ds, 64, num_workers=0), LOSS, epochs=2,
-                    checkpoints=ckpt, progress=False, config={"lr": 0.1, "epochs": 2})
+    kk.fit(model, opt, data.make_loader(ds, 64, num_workers=0), LOSS, run=kk.Alone(config={"lr": 0.1, "epochs": 1}),
+           epochs=1, checkpoints=ckpt, progress=False)
+    longer = kk.fit(model, opt, data.make_loader(ds, 64, num_workers=0), LOSS,
+                    run=kk.Alone(config={"lr": 0.1, "epochs": 2}), epochs=2, checkpoints=ckpt, progress=False)
     # More epochs of the same run: resumed, and the second epoch trained.
     assert longer.resumed_from is not None and longer.stopped == "completed"
     assert longer.steps_this_session == len(ds) // 64 and longer.epochs == 2
     with pytest.warns(UserWarning, match=r"different config \(lr: 0.1 -> 0.2\)"):
-        other = kk.fit(model, opt, data.make_loader(ds, 64, num_workers=0), LOSS, epochs=1,
-                       checkpoints=ckpt, progress=False, config={"lr": 0.2, "epochs": 1})
+        other = kk.fit(model, opt, data.make_loader(ds, 64, num_workers=0), LOSS,
+                       run=kk.Alone(config={"lr": 0.2, "epochs": 1}), epochs=1, checkpoints=ckpt, progress=False)
     assert other.resumed_from is None and other.steps == len(ds) // 64
 
 

@@ -21,8 +21,8 @@ def _fit(graphs: str):
     data = kk.datasets.tabular(2048, features=64, classes=8, seed=0)
     loader = kk.make_loader(data, 64, num_workers=0, device=card())
     result = kk.fit(model, torch.optim.AdamW(model.parameters(), lr=1e-3), loader,
-                    kk.supervised(torch.nn.functional.cross_entropy), epochs=2, cuda_graphs=graphs,
-                    device=card(), progress=False, monitor_gpu=False)
+                    kk.supervised(torch.nn.functional.cross_entropy), run=kk.Alone(device=card()), epochs=2,
+                    progress=False, speed=kk.Speed(cuda_graphs=graphs), monitor=kk.Monitor(gpu=False))
     return model.state_dict(), result
 
 

@@ -28,8 +28,9 @@ def _fit(model_dir, nan_at: int | None):
         calls["n"] += 1
         loss = m(**batch).loss
         return loss * float("nan") if calls["n"] == nan_at else loss
-    result = kk.fit(model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-4),
-                    loader, loss_fn, epochs=1, max_steps=24, device=card(), progress=False, monitor_gpu=False)
+    result = kk.fit(model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-4), loader,
+                    loss_fn, run=kk.Alone(device=card()), epochs=1, max_steps=24, progress=False,
+                    monitor=kk.Monitor(gpu=False))
     return result
 
 

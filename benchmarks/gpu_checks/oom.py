@@ -23,8 +23,9 @@ def _fit(model, x, y, batch: int, accumulate: int):
     import kagglekit as kk
     data = [(x[i:i + batch], y[i:i + batch]) for i in range(0, len(x), batch)]
     return kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.01), data,
-                  kk.supervised(torch.nn.functional.cross_entropy), epochs=1, accumulate=accumulate,
-                  precision="fp32", device=card(), progress=False, monitor_gpu=False)
+                  kk.supervised(torch.nn.functional.cross_entropy), run=kk.Alone(device=card()), epochs=1,
+                  accumulate=accumulate, progress=False, speed=kk.Speed(precision="fp32"),
+                  monitor=kk.Monitor(gpu=False))
 
 
 def _peak_for(model, rows: int, width: int, device) -> int:

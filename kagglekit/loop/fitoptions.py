@@ -1,17 +1,21 @@
-"""``fit``'s options, filed into the groups its parts read: speed, durability, watching.
+"""``fit``'s options, in the groups its parts read: speed, durability, watching.
 
-Options are passed to ``fit`` as keywords, documented there once; ``fit`` builds the three
-groups from them (``from_keywords``). What a fit is not given comes from the run context it
-receives (precision, resume, time budget, config, the sandbox's work cap: ``Durability.resolved``
-and ``capped``), else from ``fit``'s defaults. Why a fit stopped is a ``Stop``.
+What the run decides is not a fit's option: the device, the precision decided for the card,
+resume or ``force_retrain``, the session's deadline and the sandbox's work cap come from the run
+context (``Alone`` outside a notebook's run); the config and what checkpoints hold come with the
+checkpoints (a unit's, or ``run.checkpoints``). ``Speed`` and ``Monitor`` group the options
+that only tune how a fit runs. Why a fit stopped is a ``Stop``.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
+import torch
+
 from ..machine.budget import Budget
+from ..parallel import ranks
 
 
 class Stop(str, Enum):
@@ -35,39 +39,64 @@ class Stop(str, Enum):
 
 @dataclass(frozen=True)
 class Speed:
-    precision: object
-    compile: object
-    cuda_graphs: str
-    cudnn_benchmark: bool
-    accumulate: int
-    clip_grad_norm: float | None
-    oom_backoff: bool
-    min_batch: int
+    """How a fit goes fast, each default the kit's choice: ``fit(..., speed=Speed(...))``.
+
+    precision: "auto" (bf16 on compute capability >= 8.0, fp16 + GradScaler on 7.x, fp32 on
+        CPU), "fp32", "fp16", "bf16" or a ``Precision``; None: the run's (decided at kk.start).
+    compile: "off", "auto" (torch.compile, eager on failure), "strict", or torch.compile's options.
+    cuda_graphs: "off", "auto" or "strict": capture the training forward and backward at the first
+        step and replay them (small, launch-bound models); steps of another shape run eagerly.
+    cudnn_benchmark: cuDNN times its kernels for the fit's shapes (set back afterwards).
+    oom_backoff / min_batch: on CUDA out-of-memory cut each batch in two (same effective batch,
+        the same gradient) down to ``min_batch`` per GPU (see ``step``).
+    """
+    precision: object = None
+    compile: object = "off"
+    cuda_graphs: str = "off"
+    cudnn_benchmark: bool = True
+    oom_backoff: bool = True
+    min_batch: int = 1
+
+    def __post_init__(self):
+        if self.compile != "off" and self.cuda_graphs != "off":
+            raise ValueError("compile and cuda_graphs are two ways to the same end: pass "
+                             "compile={'mode': 'reduce-overhead'} or cuda_graphs='auto', not both")
+
+
+@dataclass(frozen=True)
+class Monitor:
+    """What a fit measures: the phases of one step in ``profile_every`` (why the GPU waits), and
+    the GPUs through NVML (rank 0, on GPU) when ``gpu``. ``fit(monitor=False)``: neither."""
+    profile_every: int = 25
+    gpu: bool = True
 
 
 @dataclass(frozen=True)
 class Durability:
     checkpoints: object
     save_every_min: float | None
-    resume: bool | None
-    time_budget: object
-    config: dict | None
+    resume: bool
+    time_budget: Budget
+    config: dict
     save_frozen: bool = True  # False: checkpoints without the frozen parameters
 
-    def resolved(self, run) -> Durability:
-        """Every None the run decides, decided (explicit values win)."""
-        manager = self.checkpoints
-        if isinstance(manager, str):
-            if run is None:
-                raise ValueError(f"checkpoints={manager!r} names a fit of the run: pass run=run "
+    @classmethod
+    def of(cls, checkpoints, save_every_min: float | None, run) -> Durability:
+        """What the run decides (resume, the deadline) and the checkpoints carry (the config,
+        what they hold), for one fit."""
+        if isinstance(checkpoints, str):
+            if getattr(run, "checkpoints", None) is None:
+                raise ValueError(f"checkpoints={checkpoints!r} names a fit of the run: pass run=run "
                                  "(kk.start's), or a CheckpointManager")
-            manager = run.checkpoints(manager)
-        resume = self.resume if self.resume is not None else (run.resume if run else True)
-        budget = self.time_budget if self.time_budget is not None else (
-            run.budget() if run else None)
-        config = self.config if self.config is not None else (run.config if run else {})
-        return replace(self, checkpoints=manager, resume=resume,
-                       time_budget=Budget.resolve(budget), config=config)
+            checkpoints = run.checkpoints(checkpoints)
+        own = getattr(checkpoints, "config", None)
+        return cls(checkpoints, save_every_min, run.resume, Budget.resolve(run.budget()),
+                   own if own is not None else run.config, getattr(checkpoints, "save_frozen", True))
+
+    @property
+    def unit(self) -> str:
+        """The key of the unit of work the fit belongs to ("" outside any)."""
+        return getattr(self.checkpoints, "unit", "") or ""
 
 
 @dataclass(frozen=True)
@@ -78,20 +107,44 @@ class Watch:
     max_steps: int | None
     limit_batches: int | None
     progress: bool
-    profile_every: int
-    monitor_gpu: bool
+    monitor: Monitor
+
+    @property
+    def profile_every(self) -> int:
+        return self.monitor.profile_every
+
+    @property
+    def monitor_gpu(self) -> bool:
+        return self.monitor.gpu
 
 
-def from_keywords(options: dict) -> tuple[Speed, Durability, Watch]:
-    """The groups, from ``fit``'s keyword arguments (each name in exactly one group)."""
-    speed, durability, watch = (cls(**{f.name: options[f.name] for f in fields(cls)})
-                                for cls in (Speed, Durability, Watch))
-    if speed.accumulate < 1:
-        raise ValueError(f"accumulate={speed.accumulate} must be >= 1")
-    if speed.compile != "off" and speed.cuda_graphs != "off":
-        raise ValueError("compile and cuda_graphs are two ways to the same end: pass "
-                         "compile={'mode': 'reduce-overhead'} or cuda_graphs='auto', not both")
-    return speed, durability, watch
+def monitor_of(monitor: bool | Monitor) -> Monitor:
+    return monitor if isinstance(monitor, Monitor) else Monitor(gpu=bool(monitor)) if monitor \
+        else Monitor(profile_every=0, gpu=False)
+
+
+@dataclass(frozen=True)
+class Alone:
+    """The run context of a fit outside a notebook's run (a test, a benchmark, a script):
+    ``fit(..., run=Alone(device="cpu", precision="fp16", resume=False, time_budget=60))``.
+    ``run=None`` is ``Alone()``: this process's device, "auto" precision, resume, no deadline
+    (Kaggle's session limit on Kaggle)."""
+    device: object = None
+    precision: str = "auto"  # decided for the device at each fit (a Run decides it at kk.start)
+    resume: bool = True
+    time_budget: object = None
+    config: dict = field(default_factory=dict)
+    work_cap: int | None = None
+    session: str = ""
+    checkpoints = None  # no run folder: pass a CheckpointManager
+
+    @property
+    def place(self) -> ranks.Place:
+        return ranks.Place(device=torch.device(self.device) if self.device is not None
+                           else ranks.default_device())
+
+    def budget(self) -> Budget:
+        return Budget.resolve(self.time_budget)
 
 
 def capped(watch: Watch, cap: int | None) -> Watch:

@@ -13,15 +13,17 @@ import contextlib
 import itertools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from ..machine import ascard, precision as precision_mod, signals
+from ..machine.budget import Unfinished
 from ..parallel import ranks
 from . import accel, cudagraph, fitoptions, monitor, schedule, validation
 from .durable import Durable
 from .epochs import EpochLoop
-from .fitoptions import Stop
+from .fitoptions import Alone, Monitor, Speed, Stop, Watch  # noqa: F401 (kk.Alone, kk.Speed, kk.Monitor)
 from .fitstate import EarlyStopping, FitResult, Parts  # noqa: F401 (kk.EarlyStopping, kk.FitResult)
 from .progress import bar as progress_bar
 from .step import Stepper
@@ -39,113 +41,115 @@ def supervised(criterion: Callable) -> LossFn:
 
 def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, loss_fn: LossFn,
         *, run=None, epochs: int = 1, val_loader=None, evaluate: Callable | None = None,
-        scheduler=None, scheduler_interval: str = "step", device=None,
-        precision=None, compile="off", cuda_graphs: str = "off", cudnn_benchmark: bool = True,
-        accumulate: int = 1, clip_grad_norm: float | None = None, oom_backoff: bool = True,
-        min_batch: int = 1,
-        checkpoints=None, save_every_min: float | None = 20.0, resume: bool | None = None,
-        time_budget=None, config: dict | None = None, save_frozen: bool = True,
-        early_stopping: EarlyStopping | None = None, on_step_end: Callable | None = None,
-        on_epoch_end: Callable | None = None, max_steps: int | None = None,
-        limit_batches: int | None = None, progress: bool = True, profile_every: int = 25,
-        monitor_gpu: bool = True) -> FitResult:
+        scheduler=None, scheduler_interval: str = "step", speed: Speed | None = None,
+        accumulate: int = 1, clip_grad_norm: float | None = None, checkpoints=None,
+        save_every_min: float | None = 20.0, early_stopping: EarlyStopping | None = None,
+        on_step_end: Callable | None = None, on_epoch_end: Callable | None = None,
+        max_steps: int | None = None, limit_batches: int | None = None, progress: bool = True,
+        monitor: bool | Monitor = True) -> FitResult:
     """Train ``model`` and return its history; resumable at any optimizer step.
 
     What to train:
         loss_fn: ``loss_fn(model, batch) -> scalar loss``, the mean over the batch's samples;
             the batch is already on the device. ``supervised(criterion)`` builds one for
             (x, y) batches.
-        run: the run context (``kk.start``'s): the precision decided for the card,
-            ``force_retrain``, the session's deadline, the config and its run-control keys,
-            this rank's device, the sandbox's work cap. Without it: "auto" precision, resume,
-            no deadline (Kaggle's session limit on Kaggle).
+        run: the run context (``kk.start``'s) decides what is not the fit's to choose: this
+            rank's device, the precision decided for the card, ``force_retrain`` (resume or
+            start over), the session's deadline, the config, the sandbox's work cap. Outside a
+            notebook's run: ``kk.Alone(device=, precision=, resume=, time_budget=)``; None is
+            ``Alone()``.
         epochs: passes over ``train_loader`` (the ``make_loader`` sampler makes a mid-epoch
             resume continue with the very next batch). Run control: a finished run asked for
             more epochs trains on from its last checkpoint (``schedule``).
         val_loader / evaluate: per-epoch validation; ``evaluate(model) -> dict`` wins, else
-            the mean loss over ``val_loader`` is recorded as ``val_loss``.
+            the mean loss over ``val_loader``'s samples is recorded as ``val_loss``.
         scheduler / scheduler_interval: any torch scheduler, stepped per "step" or "epoch",
             built for this fit's length.
-        device: default: the run's (cuda:<rank> under ``kk.launch``), else cuda:LOCAL_RANK
-            where there is a GPU, else the CPU.
     Speed:
-        precision: "auto" (bf16 on compute capability >= 8.0, fp16 + GradScaler on 7.x, fp32
-            on CPU), "fp32", "fp16", "bf16" or a ``Precision``; None: the run's.
-        compile: "off", "auto" (torch.compile, eager on failure), "strict", or a dict of
-            torch.compile options.
-        cuda_graphs: "off", "auto" or "strict": capture the training forward and backward at
-            the first step and replay them (small, launch-bound models); steps of another
-            shape run eagerly.
-        cudnn_benchmark: cuDNN times its kernels for the fit's shapes (set back afterwards).
+        speed: a ``Speed`` (precision, torch.compile, CUDA graphs, cuDNN autotuning, the
+            out-of-memory back-off); default: the kit's choices and the run's precision.
         accumulate: micro-batches per optimizer step (DDP syncs only the last).
         clip_grad_norm: max global norm of the unscaled gradients.
-        oom_backoff / min_batch: on CUDA out-of-memory cut each batch in two (same effective
-            batch, the same gradient) down to ``min_batch`` per GPU (see ``step``).
     Durability:
-        checkpoints: a CheckpointManager, a name (the run's ``checkpoints/<name>``), or None.
+        checkpoints: a unit's (``unit.checkpoints()``: the fit raises ``kk.Unfinished`` when
+            the session's deadline cuts it short, after saving), a CheckpointManager, a name
+            (the run's ``checkpoints/<name>``), or None. They carry the config and what a
+            checkpoint holds (``save_frozen``).
         save_every_min: minutes between mid-epoch saves (0: at every decision; None: epoch
             ends only).
-        resume: continue from the newest checkpoint of this run's identity (working dir or
-            inputs); False deletes them and starts over; None: the run's ``force_retrain``.
-        time_budget: seconds or a Budget; None: the run's, else Kaggle's session limit on
-            Kaggle. The loop stops with a checkpoint first.
-        config: in every checkpoint's sidecar and the run's identity (None: the run's config).
-        save_frozen: False: checkpoints hold only the parameters that train (LoRA adapters, a
-            head) and the buffers; the frozen base comes from the model each run loads, so
-            name the base in ``config`` (``readers.pretrained.base_identity``).
     Watch:
         early_stopping: an ``EarlyStopping``.
         on_step_end / on_epoch_end: ``hook(state: LoopState)``; may call
             ``state.request_stop()`` or ``state.request_checkpoint()``.
         max_steps / limit_batches: cap optimizer steps in total / batches per epoch.
         progress: a bar when watched, a line per epoch in batch runs.
-        profile_every: time the phases of one step in this many (``monitor``).
-        monitor_gpu: sample the GPUs through NVML (rank 0, on GPU).
+        monitor: a ``Monitor`` (step phases timed, GPUs sampled), True for the defaults,
+            False for neither.
     """
     if scheduler_interval not in ("step", "epoch"):
         raise ValueError(f"scheduler_interval={scheduler_interval!r} must be 'step' or 'epoch'")
-    speed, durability, watch = fitoptions.from_keywords(locals())
+    if accumulate < 1:
+        raise ValueError(f"accumulate={accumulate} must be >= 1")
+    run = run if run is not None else Alone()
+    speed = speed or Speed()
     validation.refuse_empty(train_loader)
-    device = torch.device(device) if device is not None else (
-        run.device if run is not None else ranks.default_device())
+    device = run.place.device
     ascard.confine(device)  # KAGGLEKIT_AS=t4: the T4's memory, no TF32 (nothing otherwise)
+    durability = fitoptions.Durability.of(checkpoints, save_every_min, run)
+    watch = Watch(early_stopping, on_step_end, on_epoch_end, max_steps, limit_batches, progress,
+                  fitoptions.monitor_of(monitor))
+    steps = Steps(epochs, scheduler, scheduler_interval, accumulate, clip_grad_norm)
     with _cudnn_benchmark(speed.cudnn_benchmark and device.type == "cuda"):
-        return _fit(model, optimizer, train_loader, loss_fn, run, epochs, val_loader, evaluate,
-                    scheduler, scheduler_interval, device, speed, durability.resolved(run),
-                    fitoptions.capped(watch, run.work_cap if run else None))
+        result = _fit(model, optimizer, train_loader, loss_fn, run, val_loader, evaluate, device,
+                      steps, speed, durability, fitoptions.capped(watch, run.work_cap))
+    if result.stopped == Stop.TIME_BUDGET and durability.unit:
+        raise Unfinished(f"{durability.checkpoints.root.name}: the session's time ran out at step "
+                         f"{result.steps}; saved {result.checkpoint}: the next session resumes it")
+    return result
+
+
+@dataclass(frozen=True)
+class Steps:
+    """What one optimizer step is: the epochs, the schedule, accumulation and clipping."""
+    epochs: int
+    scheduler: object
+    scheduler_interval: str
+    accumulate: int
+    clip_grad_norm: float | None
 
 
 def _precision(speed, run, device: torch.device):
     """The run's precision, decided once at ``kk.start`` for this card; another only when
-    asked for (``precision=``) or when the fit runs on another kind of device."""
-    if speed.precision is None and run is not None and run.precision.device_type == device.type:
-        return run.precision
-    return precision_mod.resolve(speed.precision or (run.config.get("precision", "auto")
-                                                     if run else "auto"), device)
+    asked for (``Speed(precision=)``) or when the fit runs on another kind of device."""
+    chosen = run.precision
+    if speed.precision is None and not isinstance(chosen, str) and chosen.device_type == device.type:
+        return chosen
+    default = chosen if isinstance(chosen, str) else run.config.get("precision", "auto")
+    return precision_mod.resolve(speed.precision or default, device)
 
 
-def _fit(model, optimizer, train_loader, loss_fn, run, epochs, val_loader, evaluate, scheduler,
-         scheduler_interval, device, speed, durability, watch) -> FitResult:
+def _fit(model, optimizer, train_loader, loss_fn, run, val_loader, evaluate, device, steps,
+         speed, durability, watch) -> FitResult:
     started = time.monotonic()
     amp = precision_mod.Amp(_precision(speed, run, device))
     if not _spread(model) and any(t.device != device for t in itertools.chain(model.parameters(), model.buffers())):
         model.to(device)  # a walk over every tensor: skipped when all are there (each fit of a search)
-    trained = ranks.wrap(model, device, run.place.strategy if run is not None else "single")
+    trained = ranks.wrap(model, device, run.place.strategy)
     graphs = cudagraph.for_fit(trained, speed.cuda_graphs, device)
-    parts = Parts(trained, optimizer, scheduler, amp, device)
+    parts = Parts(trained, optimizer, steps.scheduler, amp, device)
     keeper = Durable(parts, durability.checkpoints, config=durability.config,
                      early_stopping=watch.early_stopping, save_frozen=durability.save_frozen)
     stepper = Stepper(parts, loss_fn, accel.Compiled(trained, speed.compile), graphs,
-                      clip_grad_norm=speed.clip_grad_norm, oom_backoff=speed.oom_backoff,
+                      clip_grad_norm=steps.clip_grad_norm, oom_backoff=speed.oom_backoff,
                       min_batch=speed.min_batch)
     validate = validation.validation(parts, evaluate, val_loader, loss_fn, watch.limit_batches,
                                      speed.oom_backoff)
-    loop = EpochLoop(parts, keeper, stepper, train_loader, epochs=epochs,
-                     scheduler_interval=scheduler_interval, validate=validate,
-                     accumulate=speed.accumulate, watch=watch, durability=durability)
-    length = schedule.Length(epochs, watch.max_steps, loop.per_epoch, speed.accumulate)
-    schedule.check_room(scheduler, scheduler_interval, length)
-    built = schedule.Start(scheduler, optimizer)
+    loop = EpochLoop(parts, keeper, stepper, train_loader, epochs=steps.epochs,
+                     scheduler_interval=steps.scheduler_interval, validate=validate,
+                     accumulate=steps.accumulate, watch=watch, durability=durability)
+    length = schedule.Length(steps.epochs, watch.max_steps, loop.per_epoch, steps.accumulate)
+    schedule.check_room(steps.scheduler, steps.scheduler_interval, length)
+    built = schedule.Start(steps.scheduler, optimizer)
     finished = keeper.resume(train_loader, enabled=durability.resume, length=length, start=built)
     keeper.after_restart()  # a restart after a rank ran out of memory: its smaller batches
     parts.state.length = parts.state.length or length.as_dict()
@@ -175,7 +179,7 @@ def _fit(model, optimizer, train_loader, loss_fn, run, epochs, val_loader, evalu
                      checkpoint=keeper.last_checkpoint, steps_this_session=st.step - start_step,
                      world_size=world, samples_per_s=rate * world, oom_events=list(st.oom_events),
                      breakdown=loop.timer.summary(), gpu=sampler.summary(),
-                     gpu_samples=sampler.samples, session=run.session if run else "",
+                     gpu_samples=sampler.samples, session=run.session,
                      extended=keeper.extended,
                      loader_workers=getattr(train_loader, "num_workers", 0))
 

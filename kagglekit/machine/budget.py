@@ -15,6 +15,14 @@ KAGGLE_SESSION_S = 12 * 3600
 KAGGLE_MARGIN_S = 20 * 60  # time left to save outputs and render the notebook
 
 
+class Unfinished(Exception):
+    """A unit of work stopped before its end at the session's deadline: not done, nothing
+    cached; the next session (the kernel's next version) resumes it from its checkpoints.
+
+    One type wherever the work ran: a launched rank, a search worker or an ``isolated`` child
+    raising it reaches the notebook as ``Unfinished`` (``forked`` carries it by type)."""
+
+
 def process_start_time(pid: int | str = "self") -> float | None:
     """Unix time at which ``pid`` started, read from /proc (None where unavailable)."""
     try:

@@ -3,7 +3,8 @@
 Each child is forked from the kit's clean process (``forkserver``), not from the notebook's, so
 what the notebook did before (a GPU opened, LightGBM trained) cannot break it. A child reports
 through a pipe: heartbeats while it works (``heartbeat``), then its return value (index 0's), a
-restart request, or its traceback. The reports are read *before* joining, because a large
+restart request, ``Unfinished`` (raised here by type once every child has reported), or its
+traceback. The reports are read *before* joining, because a large
 result blocks its child until it is read. The first failure, death or stall stops every other
 child; the Stop button (SIGINT) lets them save first. No process is ever left behind: the
 supervisor stops its children whatever happens, and a child whose notebook process died ends
@@ -22,6 +23,7 @@ import traceback
 from multiprocessing.connection import wait
 
 from ..machine import inputs, signals
+from ..machine.budget import Unfinished
 from . import forkserver, heartbeat, ranklog
 
 STOP_GRACE_ENV = "KAGGLEKIT_STOP_GRACE_S"  # how long interrupted ranks get to agree and save
@@ -116,6 +118,8 @@ def _child(index: int, env: dict, payload: bytes, walked: bytes, conn, threads: 
         out = forkserver.pack(result if index == 0 else None, "a result")
     except RestartRequest as request:
         status, out = "restart", (str(request), request.env)
+    except Unfinished as stopped:  # not a failure: every rank stopped at the deadline, saved
+        status, out = "unfinished", str(stopped)
     except BaseException:  # noqa: BLE001 - every failure must reach the parent
         status, out = "error", traceback.format_exc()
         sys.stderr.write(out)  # into the rank's log file too
@@ -127,7 +131,7 @@ def _child(index: int, env: dict, payload: bytes, walked: bytes, conn, threads: 
         sys.stderr.flush()
     # multiprocessing's own exit follows: its finalizers release what the child made (tqdm's
     # lock: the resource tracker would report it leaked), daemonic loader workers are stopped.
-    sys.exit(0 if status == "ok" else 1)
+    sys.exit(0 if status in ("ok", "unfinished") else 1)
 
 
 def _stop(procs, grace_s: float = 5.0) -> None:
@@ -188,6 +192,8 @@ class _Supervisor:
             elif status == "restart":
                 _stop(self.procs)  # the others may be stuck in a collective: SIGKILL after the grace
                 raise Restarting(*body)
+            elif status == "unfinished":  # an outcome: the others are saving at the same step
+                self.outcomes[rank] = Unfinished(body)
             else:
                 self.outcomes[rank] = body
 
@@ -206,6 +212,9 @@ class _Supervisor:
                     self.procs[rank].join()  # exited without a report
                     raise self.fail(died(rank, self.procs[rank].exitcode, self.what), rank)
             self.check_time(waiting, deadline, timeout_s)
+        stopped = [o for _, o in sorted(self.outcomes.items()) if isinstance(o, Unfinished)]
+        if stopped:
+            raise stopped[0]  # by type: the unit that ran here is not done
         return forkserver.unpack(self.outcomes[0])
 
     def check_time(self, waiting, deadline, timeout_s) -> None:

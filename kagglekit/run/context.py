@@ -115,15 +115,18 @@ class Run(Report):
             self._cache = Cache(self.output_dir / "cache", force=self.force_retrain)
         return self._cache
 
+    def unit(self, name: str, *, config: dict | None = None, data=None, code=None):
+        """A unit of work of this run (``unit.Unit``): one key, from ``config`` (its run-control
+        keys aside), ``data``'s fingerprint and ``code``'s version, naming its cache entry,
+        checkpoint folder and study."""
+        from .unit import Unit
+        return Unit.of(self, name, config, data, code)
+
     def cached(self, name: str, config: dict, fn, *, data=None, code=None):
-        """``fn()``'s result for (config, data, code), from the cache when it is there;
-        hits, misses and time saved go to metrics.json."""
-        hits = self.cache.stats()["hits"]
-        value = self.cache.get(name, config, fn, data=data, code=code)
-        stats = self.cache.stats()
-        self.chain[f"cache:{name}"] = "hit" if stats["hits"] > hits else "computed"
-        self.log(cache=stats, chain=self.chain)
-        return value
+        """``fn()``'s result for (config, data, code), from the cache when it is there (the
+        unit ``name``'s: ``run.unit(name, ...).cached(fn)``); hits, misses and time saved go to
+        metrics.json."""
+        return self.unit(name, config=config, data=data, code=code).cached(fn)
 
     def sub(self, folder: str) -> Run:
         """A run of its own in ``<output>/<folder>`` (its cache, checkpoints, folds and
@@ -145,9 +148,9 @@ class Run(Report):
         already: ``finished()``, ``restore_best(model)`` read that training's own folder, as
         the fit with the same config, model and ``data=`` writes it."""
         kwargs.setdefault("run_control", self.run_control)
-        manager = CheckpointManager(self.output_dir / "checkpoints" / name, **kwargs)
+        manager = CheckpointManager(self.output_dir / "checkpoints" / name, config=config, **kwargs)
         if model is not None:
-            manager.bind(manager.identity_for(self.config if config is None else config, model))
+            manager.bind(manager.identity_for(self.config, model))
         return manager
 
     def data_dir(self, required: list[str] = ()) -> Path | None:

@@ -5,13 +5,16 @@ splitters (``KFold``, ``StratifiedKFold``, ``GroupKFold``, ``TimeSeriesSplit``: 
 written again; ``Grouped`` applies one to the distinct values of a group, such as dates;
 ``Holdout`` is the data's own single split, so that one fold runs the cells five folds run) and
 saves the split with the run, so every kernel version sees the same folds (found again in the
-working dir or the previous version's output). ``cv.run(train_fold, ...)``
-treats each fold as a unit of work, like a fit:
+working dir or the previous version's output). Each fold is a unit of work (``fold.unit``: the
+run's parameters, ``config``'s additions, ``data`` and ``code``, and the fold), and
+``cv.run(train_fold, ...)`` does the units:
 
-- done once: its predictions are cached (``run.cached``), later versions skip it (a hit);
-- resumable: a fold cut short by the session's end left its checkpoints (``fold.name`` is its
-  checkpoints' name) and the next version resumes it mid-way;
-- budgeted: before a fold the run checks that the session's time left holds it (its duration
+- done once: a fold's ``Predictions`` are its unit's cached result, later versions skip it (a
+  hit, its finished checkpoints carried into the new output);
+- resumable: a fit given ``fold.unit.checkpoints()`` (or a sub-unit's) raises ``kk.Unfinished``
+  when the session's time cuts it short; the fold is left for the next version, which resumes
+  it mid-way;
+- budgeted: before a fold its unit checks that the session's time left holds it (its duration
   estimated from the folds before), and stops cleanly if not, saying which folds remain for the
   next version; ``per_version`` caps the folds one version trains.
 
@@ -31,21 +34,40 @@ from pathlib import Path
 
 import numpy as np
 
+from ..machine.budget import Unfinished
 from . import oofio
+from .splitters import Grouped, Holdout, _array  # noqa: F401 (kk.folds.Holdout, kk.folds.Grouped)
 
 
 @dataclass
 class Fold:
-    """One fold: its index, its rows (``train``, ``val``: positions), the name of its units
-    (checkpoints, cache entry: ``<cv name>-fold<k>``)."""
+    """One fold: its index, its rows (``train``, ``val``: positions), its name
+    (``<cv name>-fold<k>``) and its unit of work (``unit``: cache entry, checkpoints, study)."""
     index: int
     train: np.ndarray
     val: np.ndarray
     name: str
+    unit: object = None
+
+    def sub(self, name: str, config: dict | None = None, code=None):
+        """A training inside this fold as a unit of its own (``<name>-<fold name>``): the fold's
+        data and rows, and ``config`` and ``code`` when given (else the fold's), so that one
+        model's parameters changed retrain that model only."""
+        from .unit import Unit
+        own = {**(self.unit.config if config is None else config), "fold": self.index,
+               "split": self.unit.config["split"]}
+        return Unit.keyed(self.unit.run, f"{name}-{self.name}", own, self.unit.fingerprint,
+                          self.unit.code if code is None else code)
 
 
-class FoldUnfinished(Exception):
-    """A fold's training stopped before its end (the session's time): not done, not cached."""
+@dataclass
+class Predictions:
+    """What one fold's training returns: ``oof`` {model: its predictions of the fold's
+    validation rows, in their order}, ``test`` {model: its predictions of the test rows} and
+    ``record`` (plain values kept with the fold: fit summaries, per-seed scores)."""
+    oof: dict
+    test: dict = field(default_factory=dict)
+    record: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -81,78 +103,35 @@ def _ranges(indices: list[int]) -> str:
     return ", ".join(parts)
 
 
-class Holdout:
-    """One split given by the data: train on ``train``, validate on ``val`` (positions or
-    boolean masks over the rows). A splitter like scikit-learn's with a single fold, so a
-    notebook's ``folds=1`` (the data's own split: Planetoid's public one, a time cut) runs the
-    very cells ``folds=5`` runs."""
-
-    def __init__(self, train, val):
-        self.train, self.val = _positions(train), _positions(val)
-        if np.intersect1d(self.train, self.val).size:
-            raise ValueError("Holdout: a row is on both sides of the split")
-
-    def __repr__(self) -> str:  # part of the split's key: another split, another folder
-        from ..state.cache import fingerprint
-        return f"Holdout({fingerprint([self.train, self.val])[:12]})"
-
-    def get_n_splits(self, X=None, y=None, groups=None) -> int:
-        return 1
-
-    def split(self, X=None, y=None, groups=None):
-        yield self.train, self.val
-
-
-def _positions(rows) -> np.ndarray:
-    rows = _array(rows)
-    return np.flatnonzero(rows) if rows.dtype == bool else rows.astype(np.int64)
-
-
-class Grouped:
-    """A scikit-learn splitter applied to the distinct values of ``groups`` (sorted), every row
-    of a value then following it: ``Grouped(TimeSeriesSplit(5))`` over the forecast windows of
-    several series, grouped by their time stamp, never validates on a date it also trains on
-    (scikit-learn's own ``TimeSeriesSplit`` splits rows by position, and windows of different
-    series at one date straddle its cuts; its ``GroupKFold`` has no order in time)."""
-
-    def __init__(self, splitter):
-        self.splitter = splitter
-
-    def __repr__(self) -> str:
-        return f"Grouped({self.splitter!r})"
-
-    def get_n_splits(self, X=None, y=None, groups=None) -> int:
-        return self.splitter.get_n_splits()
-
-    def split(self, X, y=None, groups=None):
-        if groups is None:
-            raise ValueError("Grouped(...) splits the distinct values of groups: pass groups= "
-                             "(e.g. each row's time stamp) to CrossValidation")
-        values, which = np.unique(np.asarray(groups), return_inverse=True)
-        for train, val in self.splitter.split(np.zeros((len(values), 1))):
-            yield np.flatnonzero(np.isin(which, train)), np.flatnonzero(np.isin(which, val))
-
-
 class CrossValidation:
     """The folds of one run, and their work.
 
     Args:
         run: the run context (cache, checkpoints, budget, output folder).
-        name: names the split's folder (``folds/<name>-<key>``) and each fold's units.
+        name: names the split's folder (``folds/<name>-<key>``) and each fold's unit.
         splitter: a scikit-learn splitter; its ``split(X, y, groups)`` is called on ``n`` rows.
         n / y / groups: the rows, their labels (stratified splits) and groups (grouped ones).
         ids: one id per row (what blends align on); default: the row's position.
+        config / data / code: each fold unit's identity beside the fold: ``config`` (default:
+            the run's parameters; run control aside either way), the data's content and the code
+            that trains a fold.
     """
 
-    def __init__(self, run, name: str, splitter, *, n: int, y=None, groups=None, ids=None):
-        from ..state.cache import fingerprint
+    def __init__(self, run, name: str, splitter, *, n: int, y=None, groups=None, ids=None,
+                 config: dict | None = None, data=None, code=None):
+        from ..state import keys
         self.context, self.splitter, self.n = run, splitter, n
         self.ids = np.asarray(ids if ids is not None else np.arange(n)).astype(str)
-        key = fingerprint([repr(splitter), n, _array(y), _array(groups), list(self.ids)])[:10]
-        self.name, self.key = name, key
-        self.folder = Path(run.output_dir) / "folds" / f"{name}-{key}"
+        split = keys.derive(repr(splitter), n, keys.fingerprint([_array(y), _array(groups), list(self.ids)]))
+        self.name, self.key = name, split
+        self.folder = Path(run.output_dir) / "folds" / f"{name}-{split}"
         self._written = None  # (target, test ids) of the OOF files once every fold is done
         self.folds = self._load_or_split(y, groups)
+        from .unit import Unit
+        content = keys.fingerprint(data) if data is not None else ""  # once for every fold
+        for fold in self.folds:
+            own = run.config if config is None else config
+            fold.unit = Unit.keyed(run, fold.name, {**own, "fold": fold.index, "split": split}, content, code)
 
     def _load_or_split(self, y, groups) -> list[Fold]:
         from ..machine import env
@@ -172,37 +151,31 @@ class CrossValidation:
                     np.savez(f, **arrays)
         return [Fold(k, tr, va, f"{self.name}-fold{k}") for k, (tr, va) in enumerate(pairs)]
 
-    def train_folds(self, train_fold: Callable[[Fold], dict | None], *, config: dict, data=None,
-                    code=None, per_version: int = 0) -> dict:
-        """``train_fold(fold) -> {"oof": {model: val predictions}, "test": {model: ...},
-        "record": {...}}`` (None when its training stopped before the end) for every fold not
-        done yet, within the budget; ``{fold index: result}`` of the done ones. ``record``
-        (optional): plain values kept with the fold (fit summaries, per-seed scores), found
-        again in ``CVResult.records`` when the fold comes from the cache."""
+    def train_folds(self, train_fold: Callable[[Fold], Predictions], *, per_version: int = 0) -> dict:
+        """``train_fold(fold) -> Predictions`` for every fold not done yet, within the budget;
+        ``{fold index: Predictions}`` of the done ones. A fold that raises ``Unfinished`` is
+        left (with every fold after it) for the next version."""
         results, spent = {}, []
         for fold in self.folds:
-            fold_config = {**config, "fold": fold.index, "split": self.key}
-            cached = self.context.cache.has(fold.name, fold_config, data=data, code=code)
-            if not cached and not self._fits(spent, per_version):
+            done = fold.unit.done
+            if not done and not self._fits(fold.unit, spent, per_version):
                 break
             started = time.monotonic()
             try:
-                value = self.context.cached(fold.name, fold_config, lambda f=fold: _done(train_fold(f), f),
-                                        data=data, code=code)
-            except FoldUnfinished as stopped:
+                value = fold.unit.cached(lambda f=fold: _as_tensors(_checked(train_fold(f), f)))
+            except Unfinished as stopped:
                 print(f"kagglekit folds: {stopped}")
                 break
-            if not cached:
+            if not done:
                 spent.append(time.monotonic() - started)
             results[fold.index] = _as_arrays(value)
         return results
 
-    def _fits(self, spent: list, per_version: int) -> bool:
+    def _fits(self, unit, spent: list, per_version: int) -> bool:
         """Is there room in this session for one more fold?"""
         if per_version and len(spent) >= per_version:
             return False
-        estimate = statistics.median(spent) if spent else self._previous_seconds()
-        return estimate is None or self.context.budget().allows(1.2 * estimate)
+        return unit.fits(statistics.median(spent) if spent else self._previous_seconds())
 
     def _previous_seconds(self) -> float | None:
         """How long a fold took when an earlier session trained it (the cache keeps it)."""
@@ -210,13 +183,12 @@ class CrossValidation:
                    if e["name"].startswith(f"{self.name}-fold") and e.get("hit")]
         return statistics.median(seconds) if seconds else None
 
-    def run(self, train_fold: Callable[[Fold], dict | None], *, config: dict, target=None,
-                 metric=None, test_ids=None, data=None, code=None, per_version: int = 0,
-                 higher_is_better: bool = False) -> CVResult:
+    def run(self, train_fold: Callable[[Fold], Predictions], *, target=None, metric=None, test_ids=None,
+            per_version: int = 0, higher_is_better: bool = False) -> CVResult:
         """Train the folds (see ``train_folds``); when all are done, the OOF and test predictions
         written (test rows named by ``test_ids``) and scored with ``metric(truth, prediction)``
         against ``target`` (per row)."""
-        results = self.train_folds(train_fold, config=config, data=data, code=code, per_version=per_version)
+        results = self.train_folds(train_fold, per_version=per_version)
         done = sorted(results)
         pending = [f.index for f in self.folds if f.index not in results]
         count = len(self.folds)
@@ -273,37 +245,21 @@ class CrossValidation:
                     results, target, test_ids)
 
 
-def finished(result: dict, name: str) -> dict:
-    """``result`` of a training (``{"finished": ...}``), or FoldUnfinished when the session's time
-    cut it short: a fold's unit that raises is not cached, and the next version resumes it."""
-    if not result.get("finished"):
-        raise FoldUnfinished(f"{name} stopped at the session's time budget")
+def _checked(result, fold: Fold) -> Predictions:
+    if not isinstance(result, Predictions):
+        raise TypeError(f"train_fold({fold.name}) returned {type(result).__name__}: return "
+                        "kk.folds.Predictions(oof=..., test=..., record=...); a training the "
+                        "session's time cut short raises kk.Unfinished (a fit with the fold "
+                        "unit's checkpoints does)")
     return result
 
 
-def _array(values):
-    if values is None:
-        return None
-    if hasattr(values, "detach"):
-        return values.detach().cpu().numpy()
-    return np.asarray(values)
-
-
-def _done(result: dict | None, fold: Fold) -> dict:
-    """A fold's predictions, as tensors the cache keeps safely; a fold whose training did not
-    finish raises FoldUnfinished (nothing is cached: the next version resumes it)."""
-    if result is None:
-        raise FoldUnfinished(f"{fold.name} stopped before the end of its training: the next "
-                             "version resumes it from its checkpoint")
-    return _as_tensors(result)
-
-
-def _as_tensors(result: dict) -> dict:
+def _as_tensors(result: Predictions) -> dict:
     """Predictions as float64 tensors (the record as it is: plain values) for the cache."""
     import torch
-    return {part: models if part == "record" else
-            {m: torch.as_tensor(np.asarray(v, dtype=np.float64)) for m, v in models.items()}
-            for part, models in result.items()}
+    def tensors(models: dict) -> dict:
+        return {m: torch.as_tensor(np.asarray(v, dtype=np.float64)) for m, v in models.items()}
+    return {"oof": tensors(result.oof), "test": tensors(result.test), "record": result.record}
 
 
 def _as_arrays(result: dict) -> dict:

@@ -196,9 +196,9 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
     Returns the study (loaded in this process).
     """
     from ..machine.gpus import inventory
-    if key is not None:
-        from ..state.cache import fingerprint
-        name = f"{name}-{fingerprint(key)[:10]}"
+    if key is not None:  # named as a unit of that data is: <name>-<unit key>
+        from ..state import keys
+        name = f"{name}-{keys.key(None, data=key)}"
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     db = directory / f"{name}.db"
@@ -254,17 +254,19 @@ def _refuse_a_search_that_only_failed(study, session_start: int, n_trials: int) 
 
 
 def best(objective: Callable, name: str, n_trials: int, *, defaults: dict, run, key=None,
-         direction: str = "minimize", **options) -> dict:
+         direction: str = "minimize", study: str | None = None, **options) -> dict:
     """A search as a notebook runs one: ``optimize`` (its first trial at ``defaults``, its study
-    in the run's ``tune`` folder, keyed by ``key``), its report in metrics.json
-    (``search_<name>``) and its files, and the parameters to go on with: ``defaults`` updated
-    with the best trial's (``defaults`` alone when ``n_trials`` is 0)."""
+    in the run's ``tune`` folder: the unit ``name`` of data ``key``, or ``study`` as a unit names
+    it, ``unit.search``), its report in metrics.json (``search_<name>``) and its files, and the
+    parameters to go on with: ``defaults`` updated with the best trial's (``defaults`` alone when
+    ``n_trials`` is 0)."""
     if not n_trials:
         return dict(defaults)
-    study = optimize(objective, name, n_trials, directory=run.output_dir / "tune", direction=direction,
-                     first_params=defaults, key=key, run=run, seed=run.seed, **options)
-    run.log(**{f"search_{name}": summarize(study, run.output_dir, prefix=f"tune_{name}")})
-    return {**defaults, **study.best_params}
+    study_name = study or run.unit(name, data=key).study
+    found = optimize(objective, study_name, n_trials, directory=run.output_dir / "tune", direction=direction,
+                     first_params=defaults, run=run, seed=run.seed, **options)
+    run.log(**{f"search_{name}": summarize(found, run.output_dir, prefix=f"tune_{name}")})
+    return {**defaults, **found.best_params}
 
 
 def pruning_hook(trial, monitor: str = "val_loss"):

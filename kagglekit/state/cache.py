@@ -1,9 +1,9 @@
 """Skip-if-cached results: a rerun whose inputs did not change skips its training.
 
-An entry's key hashes three things: the config (canonical JSON), a fingerprint of
-the data (content hashes of tensors, arrays and files), and the code (the kit's
-version plus the source of the model, or an explicit version string). Change any
-of them and the entry misses.
+An entry is named by its unit's key (``keys.key``: the config without run control, a
+fingerprint of the data, the code's version). Change any of them and the entry misses; an
+entry computed under other run-control values that shape a result (more ``epochs``) is
+recomputed in place (its training trains on from its finished checkpoint).
 
 Entries live in ``<working>/cache/<name>/<key>/``: the value in a format that
 cannot run code when loaded (torch with ``weights_only=True``, JSON, XGBoost's
@@ -14,8 +14,6 @@ the next version has it too.
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
 import json
 import shutil
 import time
@@ -24,111 +22,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from ..machine import env
 from . import atomic
+from .keys import code_version, fingerprint, key, shaping as shaping_of  # noqa: F401 (kk.cache.fingerprint)
 
 
 class CacheWarning(UserWarning):
     """A cache entry was corrupt and is being recomputed."""
-
-
-# ---- keys --------------------------------------------------------------------
-def _hash_tensor(t: torch.Tensor, h) -> None:
-    t = t.detach().cpu().contiguous()
-    h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-    h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-
-
-def _hash_file(path: Path, h, full_below: int = 4 * 2**20) -> None:
-    """Whole content below 4 MB; above, size plus 64 KB samples at 16 offsets: a competition's
-    1,600 volumes of tens of MB each are fingerprinted in seconds, not minutes (a new version of
-    a file changes its size or the bytes sampled; a mount never changes under a kernel)."""
-    size = path.stat().st_size
-    h.update(f"{path.name}:{size}".encode())
-    with open(path, "rb") as f:
-        if size <= full_below:
-            while block := f.read(1 << 20):
-                h.update(block)
-            return
-        for i in range(16):
-            f.seek(size * i // 16)
-            h.update(f.read(1 << 16))
-
-
-def _feed(obj, h) -> None:
-    if isinstance(obj, torch.Tensor):
-        _hash_tensor(obj, h)
-    elif isinstance(obj, np.ndarray):
-        _hash_tensor(torch.from_numpy(np.ascontiguousarray(obj)), h)
-    elif isinstance(obj, Path):
-        paths = sorted(p for p in obj.rglob("*") if p.is_file()) if obj.is_dir() else [obj]
-        for p in paths:
-            _hash_file(p, h)
-    elif isinstance(obj, dict):
-        for k in sorted(obj, key=str):
-            h.update(str(k).encode())
-            _feed(obj[k], h)
-    elif isinstance(obj, (list, tuple)):
-        h.update(f"{type(obj).__name__}{len(obj)}".encode())
-        for item in obj:
-            _feed(item, h)
-    elif hasattr(obj, "tensors"):  # TensorDataset
-        _feed(list(obj.tensors), h)
-    elif hasattr(obj, "dataset") and hasattr(obj, "indices"):  # Subset
-        _feed([obj.dataset, list(obj.indices)], h)
-    elif type(obj).__module__.startswith("torch_geometric") and hasattr(obj, "to_dict"):
-        _feed(obj.to_dict(), h)  # a PyG graph: every node, edge and mask tensor
-    else:
-        text = json.dumps(obj, sort_keys=True, default=repr)
-        if " at 0x" in text:  # a repr with a memory address: different every run
-            raise TypeError(f"cannot fingerprint a {type(obj).__name__} by its content; pass "
-                            "its tensors, arrays, files or folder instead")
-        h.update(text.encode())
-
-
-def fingerprint(data) -> str:
-    """Content hash of tensors, arrays, TensorDatasets and Subsets of them, PyG graphs,
-    files and folders, nested freely in lists, tuples and dicts. Other objects raise
-    TypeError (hashing their repr would change every run)."""
-    h = hashlib.sha256()
-    _feed(data, h)
-    return h.hexdigest()
-
-
-def code_version(code) -> str:
-    """The kit's version plus ``code``: a string as given, the source of a function,
-    class or module, or a list of those."""
-    from ..machine.version import __version__
-    if code is None:
-        text = ""
-    elif isinstance(code, str):
-        text = code
-    elif isinstance(code, (list, tuple)):
-        text = "\n".join(code_version(c) for c in code)
-    else:
-        text = _source(code)
-    return f"kagglekit {__version__}\n{text}"
-
-
-def _source(obj) -> str:
-    """``inspect.getsource``; for a class defined in a notebook (whose source inspect
-    cannot find) the sources of its methods, which IPython does keep."""
-    try:
-        return inspect.getsource(obj)
-    except (OSError, TypeError):
-        if not inspect.isclass(obj):
-            raise
-        methods = [f for f in vars(obj).values() if inspect.isfunction(f)]
-        return f"class {obj.__qualname__}{obj.__bases__}\n" + "\n".join(map(inspect.getsource, methods))
-
-
-def key(config: dict, data=None, code=None) -> str:
-    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
-    parts = [canonical, fingerprint(data) if data is not None else "", code_version(code)]
-    return hashlib.sha256("\n\0".join(parts).encode()).hexdigest()[:32]
 
 
 # ---- formats that cannot run code when loaded -----------------------------------
@@ -211,17 +113,20 @@ class Cache:
             raise ValueError(f"sha256 mismatch for {payload} (corrupted or truncated)")
         return _read(meta["kind"], payload), meta
 
-    def has(self, name: str, config: dict, *, data=None, code=None) -> bool:
-        """Is there an entry for (config, data, code), here or in the inputs (not verified)?
-        False under ``force``: everything is recomputed."""
-        k = key(config, data, code)
-        return not self.force and ((self.root / name / k / "meta.json").exists() or bool(self._inputs(name, k)))
+    def has(self, name: str, k: str, shaping: dict | None = None) -> bool:
+        """Is there an entry ``name``/``k`` made under ``shaping``, here or in the inputs (not
+        verified)? False under ``force``: everything is recomputed."""
+        if self.force:
+            return False
+        metas = [e / "meta.json" for e in [self.root / name / k, *self._inputs(name, k)]]
+        return any(_shaped(m, shaping) for m in metas if m.exists())
 
-    def lookup(self, name: str, k: str):
-        """(value, meta, where) of a usable entry, else None; corrupt ones are reported."""
+    def lookup(self, name: str, k: str, shaping: dict | None = None):
+        """(value, meta, where) of a usable entry made under ``shaping``, else None; corrupt
+        ones are reported."""
         local = self.root / name / k
         for entry in [local, *self._inputs(name, k)]:
-            if not (entry / "meta.json").exists():
+            if not (entry / "meta.json").exists() or not _shaped(entry / "meta.json", shaping):
                 continue
             try:
                 value, meta = self._load(entry)
@@ -234,7 +139,8 @@ class Cache:
             return value, meta, entry
         return None
 
-    def store(self, name: str, k: str, value, seconds: float, config: dict) -> Path:
+    def store(self, name: str, k: str, value, seconds: float, config: dict,
+              shaping: dict | None = None) -> Path:
         kind = _kind_of(value)
         entry = self.root / name / k
         payload = entry / _FILES[kind]
@@ -242,13 +148,20 @@ class Cache:
         _write(value, kind, payload)
         atomic.write_json(entry / "meta.json", {
             "name": name, "key": k, "kind": kind, "sha256": atomic.sha256_file(payload),
-            "seconds": round(seconds, 3), "created": time.time(), "config": config})
+            "seconds": round(seconds, 3), "created": time.time(), "config": config,
+            "shaping": shaping or {}})
         return entry
 
-    def get(self, name: str, config: dict, fn: Callable, *, data=None, code=None):
-        """The cached result of ``fn()`` for (config, data, code), computing it on a miss."""
-        k = key(config, data, code)
-        found = None if self.force else self.lookup(name, k)
+    def get(self, name: str, config: dict, fn: Callable, *, data=None, code=None, run_control=()):
+        """The cached result of ``fn()`` for (config, data, code), computing it on a miss
+        (``run_control``: config keys that are not the result's identity; see ``keys``)."""
+        return self.compute(name, key(config, data, code, run_control), fn, config=config,
+                            shaping=shaping_of(config, run_control))
+
+    def compute(self, name: str, k: str, fn: Callable, *, config: dict, shaping: dict | None = None):
+        """Entry ``name``/``k`` made under ``shaping``, else ``fn()`` computed and stored there.
+        ``fn`` raising (``Unfinished``: the session's time ran out) stores nothing."""
+        found = None if self.force else self.lookup(name, k, shaping)
         if found is not None:
             value, meta, where = found
             self.events.append({"name": name, "key": k, "hit": True, "from": str(where),
@@ -258,7 +171,7 @@ class Cache:
         started = time.monotonic()
         value = fn()
         seconds = time.monotonic() - started
-        entry = self.store(name, k, value, seconds, config)
+        entry = self.store(name, k, value, seconds, config, shaping)
         self.events.append({"name": name, "key": k, "hit": False, "forced": self.force,
                             "seconds": round(seconds, 3)})
         print(f"kagglekit cache: {name} {'recomputed (forced)' if self.force else 'miss'}, "
@@ -280,3 +193,11 @@ class Cache:
         return {"hits": len(hits), "misses": len(self.events) - len(hits),
                 "seconds_saved": round(sum(e["seconds_saved"] for e in hits), 3),
                 "entries": self.events}
+
+
+def _shaped(meta_file: Path, shaping: dict | None) -> bool:
+    """Was the entry made under these result-shaping run-control values (``epochs``)?"""
+    try:
+        return json.loads(meta_file.read_text()).get("shaping", {}) == (shaping or {})
+    except (OSError, ValueError):
+        return True  # unreadable: the load reports it and recomputes

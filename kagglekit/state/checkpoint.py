@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import json
 import math
-import platform
-import re
 import shutil
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -31,52 +28,14 @@ import torch
 from ..machine import env
 from ..parallel import ranks
 from . import atomic, space
-from .cache import fingerprint
+from .found import Found, _scan, _versions  # noqa: F401 (kk.checkpoint.Found)
 from .identity import DEFAULT_RUN_CONTROL, Identity
+from .keys import fingerprint
 from .snapshot import load_model_state, restore, snapshot, unwrap  # noqa: F401 (kk.checkpoint.snapshot)
-
-_STEP_FILE = re.compile(r"^step-(\d{8,})(-[a-z0-9]+)?\.json$")  # -r1: a rank's own save
 
 
 class CheckpointWarning(UserWarning):
     """A checkpoint was skipped (corrupt or unreadable) in favour of an older one."""
-
-
-@dataclass(frozen=True)
-class Found:
-    """A checkpoint on disk, described by its sidecar."""
-    path: Path
-    meta: dict
-
-    @property
-    def step(self) -> int:
-        return int(self.meta["step"])
-
-    @property
-    def sidecar(self) -> Path:
-        return self.path.with_suffix(".json")
-
-
-def _versions() -> dict:
-    from ..machine.version import __version__
-    return {"torch": torch.__version__, "kagglekit": __version__, "python": platform.python_version()}
-
-
-def _scan(folder: Path) -> list[Found]:
-    found = []
-    if not folder.is_dir():
-        return found
-    for sidecar in folder.iterdir():
-        if not _STEP_FILE.match(sidecar.name):
-            continue
-        try:
-            meta = json.loads(sidecar.read_text())
-        except (OSError, ValueError):
-            continue  # an unreadable sidecar is an unusable checkpoint
-        payload = sidecar.with_suffix(".pt")
-        if payload.exists():
-            found.append(Found(payload, meta))
-    return found
 
 
 def _better(a: float, b: float, mode: str) -> bool:
@@ -103,11 +62,18 @@ class CheckpointManager:
             where it can be fingerprinted (tensors, TensorDataset and Subsets of it).
         run_control: config keys left out of the identity (how long a run trains, not
             what it is; ``Run.checkpoints`` passes the notebook's).
+        config: the training's config, in every sidecar and its identity (default: the run's).
+        unit / fingerprint: the key of the unit of work the training belongs to, and its data's
+            fingerprint (``Unit.checkpoints``): the folder is ``<directory>/<unit key>``.
+        save_frozen: False: checkpoints hold only the parameters that train (LoRA adapters, a
+            head) and the buffers; the frozen base comes from the model each run builds, so
+            name the base in ``config`` (``readers.pretrained.base_identity``).
     """
 
     def __init__(self, directory: Path | str, *, search: list[Path] | None = None,
                  keep_last: int = 2, monitor: str | None = None, mode: str = "min", data=None,
-                 run_control=DEFAULT_RUN_CONTROL):
+                 run_control=DEFAULT_RUN_CONTROL, config: dict | None = None, unit: str = "",
+                 fingerprint: str = "", save_frozen: bool = True):
         if mode not in ("min", "max"):
             raise ValueError(f"mode={mode!r} must be 'min' or 'max'")
         self.root = Path(directory)
@@ -116,6 +82,8 @@ class CheckpointManager:
         self.monitor, self.mode = monitor, mode
         self.data = data
         self.run_control = frozenset(run_control)
+        self.config, self.unit, self.fingerprint = config, unit, fingerprint
+        self.save_frozen = save_frozen
         self.identity: Identity | None = None
         self._space_checked = False
 
@@ -144,7 +112,11 @@ class CheckpointManager:
     # ---- identity ------------------------------------------------------
     def identity_for(self, config: dict | None, model: torch.nn.Module, loader=None) -> Identity:
         """The identity of training ``model`` with ``config`` on this manager's data
-        (or, without it, on ``loader``'s dataset when that can be fingerprinted)."""
+        (or, without it, on ``loader``'s dataset when that can be fingerprinted). A unit's
+        manager gives the unit's own config, data and key."""
+        config = self.config if self.config is not None else config
+        if self.unit:
+            return Identity.of(config, model, self.data, self.fingerprint or None, self.run_control, self.unit)
         data = self.data
         if data is None and loader is not None:
             dataset = getattr(loader, "dataset", None)
@@ -250,12 +222,21 @@ class CheckpointManager:
         """Copy a checkpoint found in an attached input (the previous kernel version's
         output) into this run's folder: the next version mounts *this* version's output,
         and without it there every other version would train from scratch."""
-        if found.path.parent == self.directory or not _writer():
-            return
-        dest = self.directory / found.path.name
-        with atomic.atomic_path(dest) as tmp:
-            shutil.copyfile(found.path, tmp)
-        atomic.write_json(dest.with_suffix(".json"), found.meta)  # sidecar last, as in save
+        if found.path.parent != self.directory and _writer():
+            _copy(found, self.directory)
+
+    def carry_finished(self) -> bool:
+        """A unit skipped whole (its result cached, no fit runs) carries its finished
+        checkpoint here all the same: two versions later, or in Kaggle's scoring rerun (which
+        mounts what the submitted version mounted), the weights it predicts with would be gone.
+        True when one was copied from the inputs."""
+        found = self.finished()
+        if found is None or found.path.parent == self.directory or not _writer():
+            return False
+        if any(f.meta.get("final") for f in _scan(self.directory)):
+            return False
+        _copy(found, self.directory)
+        return True
 
     def finished(self) -> Found | None:
         """The newest checkpoint that ended its training (``final``), here or in the inputs."""
@@ -305,6 +286,14 @@ class CheckpointManager:
 
 def _writer() -> bool:
     return ranks.is_main()
+
+
+def _copy(found: Found, folder: Path) -> None:
+    """``found`` into ``folder``: the payload, then its sidecar (each atomically, as in save)."""
+    dest = folder / found.path.name
+    with atomic.atomic_path(dest) as tmp:
+        shutil.copyfile(found.path, tmp)
+    atomic.write_json(dest.with_suffix(".json"), found.meta)
 
 
 def load(found: Found, map_location="cpu") -> dict:

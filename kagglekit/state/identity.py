@@ -7,17 +7,18 @@ mounted at the same Kaggle path) would resume weights trained on other data, or
 crash inside ``load_state_dict`` when the shapes differ. An ``Identity`` holds all
 three; its ``key`` names the run's checkpoint folder, so runs of other identities
 never meet, and ``differences`` says in words why another run's checkpoint is not
-resumed.
+resumed. A fit inside a unit of work (``run.unit``) is keyed by the unit's key (config, data,
+code): its folder is the one the unit's cache entry and study are named by, and a checkpoint
+there of another model is refused with the fix (``model_conflict``).
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 
 import torch
 
 from ..parallel import ranks
+from . import keys
 
 # Parameters that change how long or how safely a run trains, not what it learns: a
 # checkpoint written under other values of these is still resumed (more epochs train on
@@ -63,32 +64,39 @@ class Identity:
     data_summary: str = ""
     model: dict = field(default_factory=dict)  # model_signature()
     run_control: frozenset = field(default=DEFAULT_RUN_CONTROL, compare=False)
+    unit: str = ""  # the key of the unit of work this fit belongs to ("" outside any)
 
     @classmethod
     def of(cls, config: dict | None, model: torch.nn.Module, data=None,
-           fingerprint: str | None = None, run_control=DEFAULT_RUN_CONTROL) -> Identity:
+           fingerprint: str | None = None, run_control=DEFAULT_RUN_CONTROL, unit: str = "") -> Identity:
         """The identity of training ``model`` on ``data`` with ``config`` (its ``run_control``
         keys left out: they say how long a run trains, not what it is).
 
         ``fingerprint``: the data's fingerprint when already known (else computed).
         """
-        from .cache import fingerprint as fingerprint_of
-        clean = json.loads(json.dumps({k: v for k, v in (config or {}).items()
-                                       if k not in run_control}, sort_keys=True, default=str))
         if data is not None and fingerprint is None:
-            fingerprint = fingerprint_of(data)
-        return cls(clean, fingerprint or "", describe(data) if data is not None else "",
-                   model_signature(model), frozenset(run_control))
+            fingerprint = keys.fingerprint(data)
+        return cls(keys.without(config, run_control), fingerprint or "",
+                   describe(data) if data is not None else "", model_signature(model),
+                   frozenset(run_control), unit)
 
     @property
     def key(self) -> str:
-        """12 hex digits naming this identity's checkpoint folder."""
-        text = json.dumps([self.config, self.data, self.model], sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        """The name of this identity's checkpoint folder: its unit's key, else the same
+        derivation over its config, data and model."""
+        return self.unit or keys.derive(self.config, self.data, self.model)
+
+    def model_conflict(self, other: dict) -> str:
+        """Within one unit's folder: how a checkpoint's model (``other``, a sidecar's identity)
+        differs from this fit's ("" when it does not, or the sidecar does not say)."""
+        saved = other.get("model")
+        return _model_changes(saved, self.model) if saved else ""
 
     def as_dict(self) -> dict:
         out = {**asdict(self), "key": self.key}
         out.pop("run_control")
+        if not self.unit:
+            out.pop("unit")
         return out
 
     def differences(self, other: dict) -> list[str]:

@@ -27,19 +27,17 @@ def main(slow: float) -> None:
                 time.sleep(slow)
             return F.cross_entropy(m(batch[0]), batch[1])
         loader = kk.make_loader(train, 32, seed=0, num_workers=0)
-        result = kk.fit(model, torch.optim.AdamW(model.parameters(), 1e-2), loader,
-                        loss, run=run, epochs=3, checkpoints=run.checkpoints(fold.name), save_every_min=0.0,
-                        progress=False, config={"fold": fold.index})
-        if not result.finished:
-            return None
+        # the fold unit's checkpoints: cut short by the session's time, the fit raises kk.Unfinished
+        kk.fit(model, torch.optim.AdamW(model.parameters(), 1e-2), loader, loss, run=run, epochs=3,
+               checkpoints=fold.unit.checkpoints(), save_every_min=0.0, progress=False)
         model.eval()
         with torch.no_grad():
-            return {"oof": {"mlp": torch.softmax(model(x[fold.val]), 1)[:, 1].numpy()},
-                    "test": {"mlp": torch.softmax(model(x[:10]), 1)[:, 1].numpy()}}
+            return kk.folds.Predictions(oof={"mlp": torch.softmax(model(x[fold.val]), 1)[:, 1].numpy()},
+                                        test={"mlp": torch.softmax(model(x[:10]), 1)[:, 1].numpy()})
 
-    cv = kk.folds.CrossValidation(run, "mlp", KFold(5, shuffle=True, random_state=0), n=len(y))
-    result = cv.run(train_fold, config={"epochs": 3}, target=(y == 1).numpy(),
-                    metric=lambda t, p: float(np.mean((t - p) ** 2)), code="cv_job v1")
+    cv = kk.folds.CrossValidation(run, "mlp", KFold(5, shuffle=True, random_state=0), n=len(y),
+                                  config={"epochs": 3}, code="cv_job v1")
+    result = cv.run(train_fold, target=(y == 1).numpy(), metric=lambda t, p: float(np.mean((t - p) ** 2)))
     print("COMPLETE" if result.complete else result.message, flush=True)
 
 

@@ -1,0 +1,137 @@
+"""The one key of a unit of work, and what it is made of.
+
+A unit (a fold, a model's training, a cached result, a search) is named by one key: 16 hex
+digits of the sha256 of its config without run control (canonical JSON), a fingerprint of its
+data (content hashes of tensors, arrays, PyG graphs, files and folders) and its code's version
+(the kit's version plus the source of the functions and classes given). The unit's cache entry,
+checkpoint folder and study carry it (``run.unit``). Checkpoints of a fit outside any unit are
+keyed by the same derivation over their config, data and model (``identity.Identity``).
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+KEY_DIGITS = 16
+# Run control that says how a session goes about a unit, never what it produces: a result
+# stored under other values of these is still this unit's result.
+SESSION_ONLY = frozenset({"force_retrain", "time_budget_s", "save_every_min", "processes",
+                          "folds_per_version"})
+
+
+def derive(*parts) -> str:
+    """``KEY_DIGITS`` hex digits of the sha256 of ``parts`` as canonical JSON."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:KEY_DIGITS]
+
+
+def without(config: dict | None, run_control) -> dict:
+    """``config`` as canonical JSON values, its ``run_control`` keys left out."""
+    return json.loads(json.dumps({k: v for k, v in (config or {}).items() if k not in run_control},
+                                 sort_keys=True, default=str))
+
+
+def shaping(config: dict | None, run_control) -> dict:
+    """The run-control values of ``config`` that shape a unit's result (``epochs``: a longer
+    training is another result under the same key; ``SESSION_ONLY`` ones are not)."""
+    return without({k: v for k, v in (config or {}).items() if k in run_control}, SESSION_ONLY)
+
+
+def key(config: dict | None, data=None, code=None, run_control=()) -> str:
+    """The unit key of (config without ``run_control``, data, code)."""
+    return derive(without(config, run_control), fingerprint(data) if data is not None else "",
+                  code_version(code))
+
+
+def _hash_tensor(t: torch.Tensor, h) -> None:
+    t = t.detach().cpu().contiguous()
+    h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+    h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+
+
+def _hash_file(path: Path, h, full_below: int = 4 * 2**20) -> None:
+    """Whole content below 4 MB; above, size plus 64 KB samples at 16 offsets: a competition's
+    1,600 volumes of tens of MB each are fingerprinted in seconds, not minutes (a new version of
+    a file changes its size or the bytes sampled; a mount never changes under a kernel)."""
+    size = path.stat().st_size
+    h.update(f"{path.name}:{size}".encode())
+    with open(path, "rb") as f:
+        if size <= full_below:
+            while block := f.read(1 << 20):
+                h.update(block)
+            return
+        for i in range(16):
+            f.seek(size * i // 16)
+            h.update(f.read(1 << 16))
+
+
+def _feed(obj, h) -> None:
+    if isinstance(obj, torch.Tensor):
+        _hash_tensor(obj, h)
+    elif isinstance(obj, np.ndarray):
+        _hash_tensor(torch.from_numpy(np.ascontiguousarray(obj)), h)
+    elif isinstance(obj, Path):
+        paths = sorted(p for p in obj.rglob("*") if p.is_file()) if obj.is_dir() else [obj]
+        for p in paths:
+            _hash_file(p, h)
+    elif isinstance(obj, dict):
+        for k in sorted(obj, key=str):
+            h.update(str(k).encode())
+            _feed(obj[k], h)
+    elif isinstance(obj, (list, tuple)):
+        h.update(f"{type(obj).__name__}{len(obj)}".encode())
+        for item in obj:
+            _feed(item, h)
+    elif hasattr(obj, "tensors"):  # TensorDataset
+        _feed(list(obj.tensors), h)
+    elif hasattr(obj, "dataset") and hasattr(obj, "indices"):  # Subset
+        _feed([obj.dataset, list(obj.indices)], h)
+    elif type(obj).__module__.startswith("torch_geometric") and hasattr(obj, "to_dict"):
+        _feed(obj.to_dict(), h)  # a PyG graph: every node, edge and mask tensor
+    else:
+        text = json.dumps(obj, sort_keys=True, default=repr)
+        if " at 0x" in text:  # a repr with a memory address: different every run
+            raise TypeError(f"cannot fingerprint a {type(obj).__name__} by its content; pass "
+                            "its tensors, arrays, files or folder instead")
+        h.update(text.encode())
+
+
+def fingerprint(data) -> str:
+    """Content hash of tensors, arrays, TensorDatasets and Subsets of them, PyG graphs,
+    files and folders, nested freely in lists, tuples and dicts. Other objects raise
+    TypeError (hashing their repr would change every run)."""
+    h = hashlib.sha256()
+    _feed(data, h)
+    return h.hexdigest()
+
+
+def code_version(code) -> str:
+    """The kit's version plus ``code``: a string as given, the source of a function,
+    class or module, or a list of those."""
+    from ..machine.version import __version__
+    if code is None:
+        text = ""
+    elif isinstance(code, str):
+        text = code
+    elif isinstance(code, (list, tuple)):
+        text = "\n".join(code_version(c) for c in code)
+    else:
+        text = _source(code)
+    return f"kagglekit {__version__}\n{text}"
+
+
+def _source(obj) -> str:
+    """``inspect.getsource``; for a class defined in a notebook (whose source inspect
+    cannot find) the sources of its methods, which IPython does keep."""
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        if not inspect.isclass(obj):
+            raise
+        methods = [f for f in vars(obj).values() if inspect.isfunction(f)]
+        return f"class {obj.__qualname__}{obj.__bases__}\n" + "\n".join(map(inspect.getsource, methods))

@@ -1,0 +1,117 @@
+"""A unit of work: one key for its cache entry, checkpoint folder and study; "not finished" one
+exception, carried back from a rank by type; run control not part of the key."""
+import os
+
+import numpy as np
+import pytest
+import torch
+from sklearn.model_selection import KFold
+from torch.nn import functional as F
+
+import kagglekit as kk
+
+DECLARED = {"seed": 0, "force_retrain": False, "time_budget_s": 0.0, "precision": "auto", "data_dir": "",
+            "lr": 0.1, "epochs": 1}
+
+
+def _start(out, **values):
+    os.environ["KAGGLEKIT_OUTPUT"] = str(out)
+    namespace = {**DECLARED, **values}
+    # epochs is run control, as a notebook's "# [run]" says
+    return kk.start(namespace, "unit", declared=dict(DECLARED), verbose=False)
+
+
+@pytest.fixture(autouse=True)
+def _output_env():
+    yield
+    os.environ.pop("KAGGLEKIT_OUTPUT", None)
+
+
+X = torch.randn(40, 4, generator=torch.Generator().manual_seed(0))
+Y = (X[:, 0] > 0).long()
+
+
+class Net(torch.nn.Module):
+    def __init__(self, width=8):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(4, width), torch.nn.ReLU(), torch.nn.Linear(width, 2))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def _train(run, unit, rows, width=8):
+    torch.manual_seed(0)
+    model = Net(width)
+    loader = kk.make_loader(torch.utils.data.TensorDataset(X[rows], Y[rows]), 8, seed=0, num_workers=0)
+    kk.fit(model, torch.optim.SGD(model.parameters(), lr=run.config["lr"]), loader, kk.supervised(F.cross_entropy),
+           run=run, epochs=run.config["epochs"], checkpoints=unit.checkpoints(), progress=False)
+    return model
+
+
+def test_one_folds_cache_entry_checkpoint_folder_and_study_carry_one_key(tmp_path):
+    run = _start(tmp_path / "out")
+    cv = kk.folds.CrossValidation(run, "net", KFold(2, shuffle=True, random_state=0), n=40,
+                                  data=[X, Y], code=[Net, _train])
+
+    def train_fold(fold):
+        kk.tune.best(lambda trial: trial.suggest_float("lr", 0.01, 0.1), "lr", 1, defaults={"lr": 0.1}, run=run,
+                     study=fold.unit.study)
+        model = _train(run, fold.unit, fold.train)
+        with torch.no_grad():
+            return kk.folds.Predictions(oof={"net": model(X[fold.val]).softmax(1)[:, 1].numpy()})
+    assert cv.run(train_fold).complete
+    out, fold = tmp_path / "out", cv.folds[0]
+    key = fold.unit.key
+    assert len(key) == 16 and (out / "cache" / fold.name / key / "meta.json").exists()
+    assert list((out / "checkpoints" / fold.name / key).glob("step-*.json"))
+    assert (out / "tune" / f"{fold.name}-{key}.db").exists()
+    assert {p.name for p in (out / "checkpoints" / fold.name).iterdir()} == {key}  # one folder, that key
+
+    def key_of(run, data=(X, Y), code=(Net, _train)):
+        folds = kk.folds.CrossValidation(run, "net", KFold(2, shuffle=True, random_state=0), n=40,
+                                         data=list(data), code=list(code))
+        return folds.folds[0].unit.key
+    assert key_of(run) == key
+    assert key_of(run, data=(X + 1, Y)) != key  # the data's content
+    assert key_of(run, code=(Net,)) != key  # the code
+    assert key_of(_start(tmp_path / "out", lr=0.05)) != key  # a parameter that is not run control
+    assert key_of(_start(tmp_path / "out", epochs=3)) == key  # run control: a longer run trains on
+    assert key_of(_start(tmp_path / "out", time_budget_s=60.0)) == key
+
+
+def test_a_unit_cut_short_raises_unfinished_stores_nothing_and_the_next_session_finishes_it(tmp_path):
+    run = _start(tmp_path / "out", epochs=3)
+    unit = run.unit("net", config=run.config, data=[X, Y], code=[Net, _train])
+    run.deadline = 0.0  # the session's time is up before the first step
+    with pytest.raises(kk.Unfinished, match=r"net: the session's time ran out at step \d+; saved .*"):
+        unit.cached(lambda: _train(run, unit, np.arange(40)).state_dict())
+    assert not unit.done and "cache:net" not in run.chain
+    later = _start(tmp_path / "out", epochs=3)
+    unit = later.unit("net", config=later.config, data=[X, Y], code=[Net, _train])
+    unit.cached(lambda: _train(later, unit, np.arange(40)).state_dict())
+    assert unit.done and later.chain["cache:net"] == "computed"
+    longer = _start(tmp_path / "out", epochs=5)  # run control that shapes the result: recomputed, trains on
+    unit = longer.unit("net", config=longer.config, data=[X, Y], code=[Net, _train])
+    assert not unit.done
+    unit.cached(lambda: _train(longer, unit, np.arange(40)).state_dict())
+    assert longer.chain["cache:net"] == "computed" and unit.done
+
+
+def test_another_model_in_a_units_folder_is_refused_with_the_fix(tmp_path):
+    run = _start(tmp_path / "out")
+    unit = run.unit("net", config=run.config, data=[X, Y], code="v1")  # the model's class not named
+    _train(run, unit, np.arange(40))
+    with pytest.raises(kk.resuming.UnitModelChanged, match=r"another model \(body.0.weight: .*Add it \(code="):
+        _train(run, unit, np.arange(40), width=16)
+
+
+def _stop_in_rank(run):
+    raise kk.Unfinished(f"rank {run.rank}: the session's time ran out")
+
+
+@pytest.mark.slow
+def test_launch_carries_unfinished_back_from_a_rank_by_type(tmp_path):
+    run = _start(tmp_path / "out")
+    with pytest.raises(kk.Unfinished, match="rank 0: the session's time ran out"):
+        kk.launch(_stop_in_rank, run=run, nprocs=2, strategy="ddp")
