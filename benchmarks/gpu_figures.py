@@ -5,7 +5,7 @@
 2. CUDA graphs: the utilisation notebook's cycle loop (sync vs graph replay, the
    write-up hoped for about 2x) and fit(cuda_graphs="auto") vs eager on its MLP.
 3. The NVML sampler's cost: its own time per wall second, and fit steps/s with
-   monitor_gpu on vs off.
+   the GPU sampler (kk.Monitor(gpu=...)) on vs off.
 4. Utilisation as the kit reports it against nvidia-smi, sampled side by side over
    a load that keeps the GPU busy about half the time.
 
@@ -33,7 +33,7 @@ def _fit_rate(model_fn, loader, loss, steps: int, **kw) -> float:
     kk.seed_everything(0)
     model = model_fn()
     opt = torch.optim.AdamW(model.parameters(), 1e-3)
-    common = dict(device="cuda", progress=False, checkpoints=None, epochs=10**6, **kw)
+    common = dict(run=kk.Alone(device="cuda"), progress=False, checkpoints=None, epochs=10**6, **kw)
     kk.fit(model, opt, loader, loss, max_steps=5, **common)
     torch.cuda.synchronize()
     return kk.fit(model, opt, loader, loss, max_steps=steps, **common).samples_per_s
@@ -118,7 +118,7 @@ def sampler_cost(steps: int, repeats: int) -> None:
     loader = data.make_loader(datasets.tabular(64 * steps, features=256), 64, num_workers=0)
     loss = kk.supervised(torch.nn.functional.cross_entropy)
     rates = _interleaved({on: (lambda on=on: _fit_rate(lambda: models.MLP(256, 256, 4, depth=8),
-                                                       loader, loss, steps, monitor_gpu=on))
+                                                       loader, loss, steps, monitor=kk.Monitor(gpu=on)))
                           for on in (False, True)}, repeats)
     with monitor.GPUSampler() as sampler:
         time.sleep(5)

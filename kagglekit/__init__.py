@@ -20,10 +20,9 @@ _PARTS = {
     "readers": ["tiff", "volumecache", "volumes", "graphsets", "timeseries", "windows", "tables", "datasets",
                 "graph", "textsets", "pretrained"],
     "loop": ["train", "epochs", "step", "halving", "fitoptions", "fitstate", "durable", "resuming", "restarts",
-             "fallback", "accel", "cudagraph", "guards",
-             "progress", "monitor", "memory", "schedule"],
-    "run": ["context", "unit", "params", "splitters", "plots", "metrics", "surfacescore", "evaluate", "submission", "folds", "oofio",
-            "blend", "serving"],
+             "fallback", "accel", "cudagraph", "guards", "progress", "monitor", "memory", "schedule"],
+    "run": ["context", "unit", "params", "splitters", "plots", "metrics", "surfacescore", "evaluate", "submission",
+            "folds", "oofio", "blend", "serving"],
     "search": ["tune", "sizing", "studyreport", "studystore", "boosting"],
     "tasks": ["segment3d", "postprocess3d", "augment3d", "models", "cycles", "text", "figures"],
 }

@@ -25,7 +25,7 @@ def _binary_kernel(out: Path, name: str, logits: np.ndarray, y: np.ndarray, test
         run = kk.start(dict(DECLARED), name, declared=dict(DECLARED), verbose=False)
         cv = kk.folds.CrossValidation(run, "gnn", StratifiedKFold(4, shuffle=True, random_state=0),
                                       n=len(y), y=y, ids=np.arange(len(y)))
-        cv.run(lambda f: {"oof": {name: logits[f.val]}, "test": {name: test_logits}}, config={},
+        cv.run(lambda f: kk.folds.Predictions(oof={name: logits[f.val]}, test={name: test_logits}),
                target=y, test_ids=np.arange(len(test_logits)))
         probability = 1 / (1 + np.exp(-test_logits))
         frame = pd.DataFrame({"node": 1000 + np.arange(len(test_logits)),

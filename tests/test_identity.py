@@ -146,7 +146,7 @@ def test_gnn_notebook_on_citeseer_then_cora_in_one_folder_trains_each_afresh(tmp
     cora = runs["Cora"]
     for label in ("pretrain", "fit"):
         assert cora[label]["resumed_from"] is None and cora[label]["steps_this_session"] == cora[label]["steps"] > 0
-    for name in ("pretrain", "gnn-fold0-seed0"):  # both runs' checkpoints remain, each in its own folder
+    for name in ("pretrain", "gnn-seed0-fold0"):  # both runs' checkpoints remain, each in its own folder
         folders = [p for p in (out / "checkpoints" / name).iterdir() if list(p.glob("step-*.pt"))]
         assert len(folders) == 2, folders
     assert 0.0 <= cora["gnn"]["mean"] <= 1.0 and cora["search_gnn"]["trials"] == {"COMPLETE": 2}

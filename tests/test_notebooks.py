@@ -371,7 +371,7 @@ def test_timeseries_on_a_long_table_rerun_hits_every_model_and_one_change_retrai
     models = {"xgboost", "lightgbm", "lstm", "lstm_tuned"}
     out = run_notebook(path, params, output_dir=tmp_path / "ts", progress=False)
     first = _metrics(out)
-    fold = {f"{m}-forecast-fold0" for m in models} | {"forecast-fold0"}  # each model, and the fold
+    fold = {f"{m}-fold0" for m in models} | {"forecast-fold0"}  # each model, and the fold
     assert {e["name"] for e in first["cache"]["entries"] if not e["hit"]} == fold
     rows = {r["model"]: r for r in first["models"]}
     assert set(rows) == models | {"seasonal_naive", "ensemble"}
@@ -381,7 +381,7 @@ def test_timeseries_on_a_long_table_rerun_hits_every_model_and_one_change_retrai
     for model in ("xgboost", "lightgbm", "lstm"):  # each search ran its total
         trials = first[f"search_{model}"]["trials"]
         assert trials.get("COMPLETE", 0) + trials.get("PRUNED", 0) == 2
-    assert list((out / "cache" / "lightgbm-forecast-fold0").rglob("value.txt"))  # text, not pickle
+    assert list((out / "cache" / "lightgbm-fold0").rglob("value.txt"))  # text, not pickle
     for png in ("forecast.png", "models.png", "learning_curves_lstm.png", "future.png"):
         assert (out / png).exists()
     assert_reads_as_a_report(out, "timeseries_forecast")
@@ -398,7 +398,7 @@ def test_timeseries_on_a_long_table_rerun_hits_every_model_and_one_change_retrai
 
     changed = _metrics(run_notebook(path, {**params, "lgb_rounds": 150}, output_dir=out,
                                     progress=False))
-    assert {e["name"] for e in changed["cache"]["entries"] if not e["hit"]} == {"lightgbm-forecast-fold0",
+    assert {e["name"] for e in changed["cache"]["entries"] if not e["hit"]} == {"lightgbm-fold0",
                                                                               "forecast-fold0"}
     kept = {r["model"]: (r["mae"], r["cached"]) for r in changed["models"]}
     assert kept["lstm"] == (rows["lstm"]["mae"], True) and kept["xgboost"] == (rows["xgboost"]["mae"], True)

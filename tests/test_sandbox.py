@@ -118,7 +118,8 @@ def _check_the_inference_kernel(bench, trained: str) -> None:
         working = bench.work / infer / version / "working"
         metrics = json.loads((working / "metrics.json").read_text())
         folds = 1 if trained == "segmentation_3d" else 5  # one training, or the text's five folds
-        choices = 2 if trained == "segmentation_3d" else 0  # the post-processing's cache entry (2 files)
+        # segmentation: the post-processing's and the training unit's cache entries (2 files each)
+        choices = 4 if trained == "segmentation_3d" else 0
         assert [p["files"] for p in metrics["published"]] == [2 * folds + 1 + choices]  # + sidecars, metrics
         slug = f"kagglekit-{trained.replace('_', '-')}-weights"
         assert f"/input/datasets/sandbox/{slug}" in metrics["published"][0]["folder"]

@@ -246,19 +246,21 @@ def test_an_encoder_and_a_decoder_through_the_same_notebook_beat_tfidf_on_the_bu
 @pytest.mark.slow
 def test_a_new_test_csv_is_predicted_again_from_the_finished_adapters_without_training(tmp_path, models):
     """A competition's data updated between versions: test.csv changes, train.csv does not. The
-    fold's cached predictions are stale (their key holds test.csv), its checkpoint is not (its
-    identity holds train.csv only): the fold reloads the finished training, trains no step and
-    predicts the new test rows."""
+    fold's unit is keyed by train.csv only: it is a hit, trains no step, and its finished adapters
+    predict the new test rows."""
     import pandas as pd
     folder = textsets.write_competition(tmp_path / "comp", 400, 80, seed=3)
     params = {"data_dir": str(folder), "epochs": 2, "model_dir": str(models["llama"])}
     first, m1 = _run(tmp_path, params)
+    trained = {p: p.stat().st_mtime_ns for p in (first / "checkpoints").rglob("step-*")}
     test = pd.read_csv(folder / "test.csv")
     test["text"] = [t for t, _ in textsets.texts(80, seed=9)]
     test.to_csv(folder / "test.csv", index=False)
     again, m2 = _run(tmp_path, params)
-    assert again == first and m1["chain"]["cache:text-fold0"] == "computed" == m2["chain"]["cache:text-fold0"]
-    assert m2["fit"]["stopped"] == "already_complete" and m2["fit"]["steps_this_session"] == 0
+    # the fold's unit is keyed by the training texts: a hit, nothing launched to train; the test
+    # texts are predicted from its finished adapters, whose files stay as they were
+    assert again == first and m1["chain"]["cache:text-fold0"] == "computed" and m2["chain"]["cache:text-fold0"] == "hit"
     assert m2["checkpoint"]["bytes"] == m1["checkpoint"]["bytes"] > 0
+    assert trained == {p: p.stat().st_mtime_ns for p in (again / "checkpoints").rglob("step-*")}
     new = pd.read_csv(again / "submission.csv")
     assert new["id"].tolist() == test["id"].tolist()

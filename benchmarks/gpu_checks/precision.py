@@ -62,7 +62,8 @@ def _measure(build, batch, loss_fn, precision: str) -> dict:
     model = build()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     moved = kk.loaders.to_device(batch, device)
-    common = dict(precision=precision, device=device, progress=False, monitor_gpu=False, epochs=10**6)
+    common = dict(run=kk.Alone(device=device), speed=kk.Speed(precision=precision), progress=False,
+                  monitor=kk.Monitor(gpu=False), epochs=10**6)
     kk.fit(model, optimizer, [moved], loss_fn, max_steps=WARMUP, **common)
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)

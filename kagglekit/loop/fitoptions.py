@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from functools import cached_property
 
 import torch
 
@@ -138,7 +139,7 @@ class Alone:
     session: str = ""
     checkpoints = None  # no run folder: pass a CheckpointManager
 
-    @property
+    @cached_property  # asked once per fit (a frozen dataclass keeps it in its __dict__)
     def place(self) -> ranks.Place:
         return ranks.Place(device=torch.device(self.device) if self.device is not None
                            else ranks.default_device())

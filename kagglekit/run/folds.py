@@ -5,8 +5,8 @@ splitters (``KFold``, ``StratifiedKFold``, ``GroupKFold``, ``TimeSeriesSplit``: 
 written again; ``Grouped`` applies one to the distinct values of a group, such as dates;
 ``Holdout`` is the data's own single split, so that one fold runs the cells five folds run) and
 saves the split with the run, so every kernel version sees the same folds (found again in the
-working dir or the previous version's output). Each fold is a unit of work (``fold.unit``: the
-run's parameters, ``config``'s additions, ``data`` and ``code``, and the fold), and
+working dir or the previous version's output). Each fold is a unit of work (``fold.unit``: its
+config, by default the run's parameters, ``data``, ``code`` and the fold's rows), and
 ``cv.run(train_fold, ...)`` does the units:
 
 - done once: a fold's ``Predictions`` are its unit's cached result, later versions skip it (a
@@ -35,8 +35,10 @@ from pathlib import Path
 import numpy as np
 
 from ..machine.budget import Unfinished
+from ..state import keys
 from . import oofio
 from .splitters import Grouped, Holdout, _array  # noqa: F401 (kk.folds.Holdout, kk.folds.Grouped)
+from .unit import Unit
 
 
 @dataclass
@@ -50,13 +52,12 @@ class Fold:
     unit: object = None
 
     def sub(self, name: str, config: dict | None = None, code=None):
-        """A training inside this fold as a unit of its own (``<name>-<fold name>``): the fold's
+        """A training inside this fold as a unit of its own (``<name>-fold<k>``): the fold's
         data and rows, and ``config`` and ``code`` when given (else the fold's), so that one
         model's parameters changed retrain that model only."""
-        from .unit import Unit
         own = {**(self.unit.config if config is None else config), "fold": self.index,
                "split": self.unit.config["split"]}
-        return Unit.keyed(self.unit.run, f"{name}-{self.name}", own, self.unit.fingerprint,
+        return Unit.keyed(self.unit.run, f"{name}-fold{self.index}", own, self.unit.fingerprint,
                           self.unit.code if code is None else code)
 
 
@@ -119,7 +120,6 @@ class CrossValidation:
 
     def __init__(self, run, name: str, splitter, *, n: int, y=None, groups=None, ids=None,
                  config: dict | None = None, data=None, code=None):
-        from ..state import keys
         self.context, self.splitter, self.n = run, splitter, n
         self.ids = np.asarray(ids if ids is not None else np.arange(n)).astype(str)
         split = keys.derive(repr(splitter), n, keys.fingerprint([_array(y), _array(groups), list(self.ids)]))
@@ -127,7 +127,6 @@ class CrossValidation:
         self.folder = Path(run.output_dir) / "folds" / f"{name}-{split}"
         self._written = None  # (target, test ids) of the OOF files once every fold is done
         self.folds = self._load_or_split(y, groups)
-        from .unit import Unit
         content = keys.fingerprint(data) if data is not None else ""  # once for every fold
         for fold in self.folds:
             own = run.config if config is None else config

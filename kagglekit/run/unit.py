@@ -52,8 +52,8 @@ class Unit:
     @classmethod
     def keyed(cls, run, name: str, config: dict, fingerprint: str, code) -> Unit:
         """The unit of data already fingerprinted (the folds of one data set)."""
-        key = keys.derive(keys.without(config, run.run_control), fingerprint, keys.code_version(code))
-        return cls(run, name, config, fingerprint, code, key)
+        return cls(run, name, config, fingerprint, code,
+                   keys.key(config, code=code, run_control=run.run_control, content=fingerprint))
 
     @property
     def shaping(self) -> dict:
@@ -80,9 +80,8 @@ class Unit:
         running ``fn`` (its finished checkpoints carried into this output). ``fn`` raising
         ``Unfinished`` stores nothing: the next version resumes it."""
         run, cache = self.run, self.run.cache
-        hits = cache.stats()["hits"]
         value = cache.compute(self.name, self.key, fn, config=self.config, shaping=self.shaping)
-        hit = cache.stats()["hits"] > hits
+        hit = cache.events[-1]["hit"]  # compute's own record of this entry
         if hit:
             self.carry()
         run.chain[f"cache:{self.name}"] = "hit" if hit else "computed"

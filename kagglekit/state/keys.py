@@ -42,10 +42,12 @@ def shaping(config: dict | None, run_control) -> dict:
     return without({k: v for k, v in (config or {}).items() if k in run_control}, SESSION_ONLY)
 
 
-def key(config: dict | None, data=None, code=None, run_control=()) -> str:
-    """The unit key of (config without ``run_control``, data, code)."""
-    return derive(without(config, run_control), fingerprint(data) if data is not None else "",
-                  code_version(code))
+def key(config: dict | None, data=None, code=None, run_control=(), content: str | None = None) -> str:
+    """The unit key of (config without ``run_control``, data, code); ``content``: the data's
+    fingerprint when already known (the folds of one data set)."""
+    if content is None:
+        content = fingerprint(data) if data is not None else ""
+    return derive(without(config, run_control), content, code_version(code))
 
 
 def _hash_tensor(t: torch.Tensor, h) -> None:

@@ -78,7 +78,7 @@ def measure(run, w: Workload, steps: int, warmup: int, precision=None, batch: in
     """One rank's part of a measurement: ``warmup`` steps, then ``steps`` timed ones, then the
     metric on the validation set; ``batch`` (default the workload's global one) split over the ranks."""
     from ..loop import memory
-    from ..loop.train import fit
+    from ..loop.train import Monitor, Speed, fit
     from ..parallel.loaders import make_loader
     device, world = run.device, run.world_size
     per_rank = max(1, (batch or w.batch_size) // world)
@@ -86,8 +86,8 @@ def measure(run, w: Workload, steps: int, warmup: int, precision=None, batch: in
     model = w.build()
     optimizer = torch.optim.AdamW(model.parameters(), lr=w.lr)
     loader = make_loader(w.train_set, per_rank, seed=0, device=device)
-    common = dict(run=run, precision=precision, checkpoints=None, progress=False, epochs=10**6,
-                  monitor_gpu=False)
+    common = dict(run=run, speed=Speed(precision=precision), checkpoints=None, progress=False, epochs=10**6,
+                  monitor=Monitor(gpu=False))
     fit(model, optimizer, loader, w.loss_fn, max_steps=warmup, **common)  # cuDNN's autotuning
     memory.reset_peak_of(device)
     result = fit(model, optimizer, loader, w.loss_fn, max_steps=steps, **common)
