@@ -37,7 +37,7 @@ class EpochLoop:
         self.step_s = 0.0  # moving average of one optimizer step
         self.distributed = ranks.distributed()
         self.every = AGREE_EVERY if self.distributed else 1  # steps between decisions
-        self.timer = monitor.StepTimer(parts.device, watch.profile_every)
+        self.timer = monitor.StepTimer(parts.device, watch.monitor.profile_every)
         n = len(loader)
         self.per_epoch = n if watch.limit_batches is None else min(n, watch.limit_batches)
 

@@ -66,8 +66,9 @@ class Speed:
 
 @dataclass(frozen=True)
 class Monitor:
-    """What a fit measures: the phases of one step in ``profile_every`` (why the GPU waits), and
-    the GPUs through NVML (rank 0, on GPU) when ``gpu``. ``fit(monitor=False)``: neither."""
+    """What a fit measures: the phases of one step in ``profile_every`` (why the GPU waits; 0:
+    none), and the GPUs through NVML (rank 0, on GPU) when ``gpu``. ``fit(monitor=False)``:
+    neither."""
     profile_every: int = 25
     gpu: bool = True
 
@@ -86,7 +87,7 @@ class Durability:
         """What the run decides (resume, the deadline) and the checkpoints carry (the config,
         what they hold), for one fit."""
         if isinstance(checkpoints, str):
-            if getattr(run, "checkpoints", None) is None:
+            if isinstance(run, Alone):
                 raise ValueError(f"checkpoints={checkpoints!r} names a fit of the run: pass run=run "
                                  "(kk.start's), or a CheckpointManager")
             checkpoints = run.checkpoints(checkpoints)
@@ -110,14 +111,6 @@ class Watch:
     progress: bool
     monitor: Monitor
 
-    @property
-    def profile_every(self) -> int:
-        return self.monitor.profile_every
-
-    @property
-    def monitor_gpu(self) -> bool:
-        return self.monitor.gpu
-
 
 def monitor_of(monitor: bool | Monitor) -> Monitor:
     return monitor if isinstance(monitor, Monitor) else Monitor(gpu=bool(monitor)) if monitor \
@@ -137,7 +130,6 @@ class Alone:
     config: dict = field(default_factory=dict)
     work_cap: int | None = None
     session: str = ""
-    checkpoints = None  # no run folder: pass a CheckpointManager
 
     @cached_property  # asked once per fit (a frozen dataclass keeps it in its __dict__)
     def place(self) -> ranks.Place:

@@ -121,7 +121,7 @@ NULL_TIMER = NullTimer()
 
 
 class StepTimer:
-    """Phase timings of one step in ``every`` (the rest run untimed).
+    """Phase timings of one step in ``every`` (the rest run untimed; ``every`` 0: none).
 
     On GPU each mark records a CUDA event on the stream, so a phase's time is what
     the GPU saw (a copy or kernel still running counts where it ran, an idle GPU
@@ -131,7 +131,7 @@ class StepTimer:
     """
 
     def __init__(self, device: torch.device, every: int = 25):
-        self.device, self.every = torch.device(device), max(1, every)
+        self.device, self.every = torch.device(device), max(0, every)
         self.cuda = self.device.type == "cuda"
         self.records: list[dict] = []
         self._marks: dict = {}
@@ -139,11 +139,11 @@ class StepTimer:
         self._pending: list = []  # (row, events) waiting for their events to complete
 
     def sampled(self, step: int) -> bool:
-        return step % self.every == 0
+        return self.every > 0 and step % self.every == 0
 
     def for_step(self, step: int):
         """This timer on a sampled step, the null timer on the others."""
-        return self if step % self.every == 0 else NULL_TIMER
+        return self if self.sampled(step) else NULL_TIMER
 
     def mark(self, name: str) -> None:
         """Note the end of phase ``name`` (or "start") on a sampled step."""

@@ -155,7 +155,7 @@ def _fit(model, optimizer, train_loader, loss_fn, run, val_loader, evaluate, dev
     parts.state.length = parts.state.length or length.as_dict()
     start_step, loop_started = parts.state.step, time.monotonic()
     sampler = monitor.GPUSampler()
-    if watch.monitor_gpu and device.type == "cuda" and ranks.is_main() and not finished:
+    if watch.monitor.gpu and device.type == "cuda" and ranks.is_main() and not finished:
         sampler.start()
     bar = progress_bar(length.steps, "train", enabled=watch.progress and ranks.is_main(),
                        initial=parts.state.step)
