@@ -74,11 +74,11 @@ def test_a_slow_dataset_is_diagnosed_input_bound_and_the_advice_names_the_loader
 def test_monitor_false_times_no_step_and_true_the_default_one_in_25():
     ds = datasets.tabular(64 * 8, features=16)
     sampled = {}
-    for monitor in (False, True):
+    for watched in (False, True):
         model = models.MLP(16, 32, 4)
         result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), data.make_loader(ds, 8, num_workers=0),
-                        kk.supervised(F.cross_entropy), epochs=1, progress=False, monitor=monitor)
-        sampled[monitor] = result.breakdown["sampled_steps"]
+                        kk.supervised(F.cross_entropy), epochs=1, progress=False, monitor=watched)
+        sampled[watched] = result.breakdown["sampled_steps"]
     assert sampled == {False: 0, True: 64 // 25 + 1}  # steps 0, 25, 50
 
 
