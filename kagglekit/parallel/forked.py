@@ -96,10 +96,10 @@ class _Pipe:
 
 
 def _child(index: int, env: dict, payload: bytes, walked: bytes, conn, threads: int,
-           beat_s: float) -> None:
+           beat_s: float, every: bool = False) -> None:
     """One child: the notebook's environment, ``body(index)`` loaded and run (with the attached
-    inputs the parent walked), its outcome reported (index 0's return value, a restart request,
-    or any index's traceback)."""
+    inputs the parent walked), its outcome reported (index 0's return value, or every index's
+    with ``every``; a restart request, or any index's traceback)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides (it sends SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: signals.request_stop())  # fit saves, then stops
     _end_with_server()
@@ -115,7 +115,7 @@ def _child(index: int, env: dict, payload: bytes, walked: bytes, conn, threads: 
     try:
         inputs.adopt(forkserver.unpack(walked))
         result = forkserver.unpack(payload)(index)
-        out = forkserver.pack(result if index == 0 else None, "a result")
+        out = forkserver.pack(result if index == 0 or every else None, "a result")
     except RestartRequest as request:
         status, out = "restart", (str(request), request.env)
     except Unfinished as stopped:  # not a failure: every rank stopped at the deadline, saved
@@ -197,7 +197,7 @@ class _Supervisor:
             else:
                 self.outcomes[rank] = body
 
-    def run(self, timeout_s: float | None):
+    def run(self, timeout_s: float | None, every: bool = False):
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while len(self.outcomes) < len(self.procs):
             waiting = [r for r in range(len(self.procs)) if r not in self.outcomes]
@@ -215,6 +215,8 @@ class _Supervisor:
         stopped = [o for _, o in sorted(self.outcomes.items()) if isinstance(o, Unfinished)]
         if stopped:
             raise stopped[0]  # by type: the unit that ran here is not done
+        if every:
+            return [forkserver.unpack(o) for _, o in sorted(self.outcomes.items())]
         return forkserver.unpack(self.outcomes[0])
 
     def check_time(self, waiting, deadline, timeout_s) -> None:
@@ -227,8 +229,9 @@ class _Supervisor:
 
 
 def run_forked(body, count: int, *, join_timeout_s: float | None = None, what: str = "rank",
-               stall_s: float | None = None, threads: int = 1):
-    """``body(i)`` in ``count`` processes forked from the clean server; index 0's return value.
+               stall_s: float | None = None, threads: int = 1, every: bool = False):
+    """``body(i)`` in ``count`` processes forked from the clean server; index 0's return value
+    (``every``: all of them, in index order).
 
     ``body`` travels by value (functions defined in the notebook work). The first failure,
     death or stall (``stall_s`` without progress, default ``heartbeat.stall_limit()``) stops
@@ -246,13 +249,13 @@ def run_forked(body, count: int, *, join_timeout_s: float | None = None, what: s
             for index in range(count):
                 parent_end, child_end = ctx.Pipe(duplex=False)
                 proc = forkserver.Process(target=_child, name=f"kagglekit-{what}{index}", args=(
-                    index, dict(os.environ), payload, walked, child_end, threads, heartbeat.interval(stall_s)))
+                    index, dict(os.environ), payload, walked, child_end, threads, heartbeat.interval(stall_s), every))
                 proc.start()
                 child_end.close()
                 workers.append(proc)
                 conns.append(parent_end)
             watch = heartbeat.Watch(count, stall_s)
-            return _Supervisor(workers, conns, what, watch).run(join_timeout_s)
+            return _Supervisor(workers, conns, what, watch).run(join_timeout_s, every)
         except KeyboardInterrupt:  # the Stop button: every rank saves at the same step, then stops
             _stop(workers, grace_s=stop_grace_s())
             raise

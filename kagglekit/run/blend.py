@@ -38,14 +38,7 @@ class Source:
 def read_source(reference: str, roots: list[Path] | None = None) -> Source:
     """The kernel output at ``reference``: a folder, or an attached ``owner/slug``."""
     import pandas as pd
-
-    from ..machine import env, inputs
-    folder = Path(reference).expanduser()
-    if not folder.is_dir():
-        folder = inputs.attached(reference, roots if roots is not None else env.where().input_roots) or folder
-    if not folder.is_dir():
-        raise BlendError(f"source {reference!r}: no such folder and no attached kernel of that "
-                         "owner/slug (add it to kernel_sources in the blend's kernel-metadata)")
+    folder = locate(reference, roots)
     missing = [f for f in ("oof.parquet", "submission.csv", "metrics.json") if not (folder / f).exists()]
     if missing:
         raise BlendError(f"source {reference!r} has no {', '.join(missing)}: run that notebook with "
@@ -66,6 +59,18 @@ def read_source(reference: str, roots: list[Path] | None = None) -> Source:
                          "values or probabilities; blend its per-class probabilities instead")
     return Source(folder.name, folder, model, oof[["id", "step", "fold", "target", model]],
                   submission, id_columns, scale)
+
+
+def locate(reference: str, roots: list[Path] | None = None) -> Path:
+    """The folder of a kernel output: ``reference`` itself, or the attached ``owner/slug``."""
+    from ..machine import env, inputs
+    folder = Path(reference).expanduser()
+    if not folder.is_dir():
+        folder = inputs.attached(reference, roots if roots is not None else env.where().input_roots) or folder
+    if not folder.is_dir():
+        raise BlendError(f"source {reference!r}: no such folder and no attached kernel of that "
+                         "owner/slug (add it to kernel_sources in the kernel's metadata)")
+    return folder
 
 
 def align(sources: list[Source]) -> pd.DataFrame:

@@ -81,6 +81,7 @@ class CVResult:
     test: dict = field(default_factory=dict)  # model -> mean test prediction over the folds
     scores: dict = field(default_factory=dict)  # model -> {"per_fold", "mean", "std", "oof"}
     records: dict = field(default_factory=dict)  # fold -> its "record" (fit summaries, ...)
+    fold_test: dict = field(default_factory=dict)  # fold -> {model: that fold's test predictions}
 
     def on_rows(self, model: str, size: int, rows, test_rows) -> np.ndarray:
         """``model``'s predictions placed in an array of ``size`` rows: its out-of-fold ones at
@@ -188,6 +189,14 @@ class CrossValidation:
         written (test rows named by ``test_ids``) and scored with ``metric(truth, prediction)``
         against ``target`` (per row)."""
         results = self.train_folds(train_fold, per_version=per_version)
+        return self.collect(results, target=target, metric=metric, test_ids=test_ids,
+                            higher_is_better=higher_is_better)
+
+    def collect(self, results: dict, *, target=None, metric=None, test_ids=None,
+                higher_is_better: bool = False) -> CVResult:
+        """The CV result of ``results`` ({fold index: {"oof", "test", "record"}} of the folds
+        done, however they were trained): pending folds said and logged; when all are done,
+        the OOF and test predictions written and scored."""
         done = sorted(results)
         pending = [f.index for f in self.folds if f.index not in results]
         count = len(self.folds)
@@ -207,7 +216,8 @@ class CrossValidation:
                                              "scores": scores, "higher_is_better": higher_is_better}})
         print(f"kagglekit folds: {self.name}: {message}")
         records = {k: r["record"] for k, r in results.items() if "record" in r}
-        return CVResult(True, done, [], message, oof, test, scores, records)
+        return CVResult(True, done, [], message, oof, test, scores, records,
+                        {k: r.get("test", {}) for k, r in results.items()})
 
     def add(self, result: CVResult, model: str, oof, test=None) -> None:
         """A prediction made from the folds' own (an ensemble whose weights were fitted on the
@@ -235,12 +245,17 @@ class CrossValidation:
                 test[model] = np.mean(np.stack(parts), axis=0)
         return oof, test
 
-    def _write(self, oof: dict, test: dict, results: dict, target, test_ids) -> None:
-        """oof.parquet / test.parquet in the output root (what a blend kernel attaches)."""
+    @property
+    def fold_of(self) -> np.ndarray:
+        """Each row's validating fold (-1: a row no fold validates)."""
         fold_of = np.full(self.n, -1)
         for fold in self.folds:
             fold_of[fold.val] = fold.index
-        oofio.write(Path(self.context.output_dir), self.folder, self.ids, fold_of, oof, test,
+        return fold_of
+
+    def _write(self, oof: dict, test: dict, results: dict, target, test_ids) -> None:
+        """oof.parquet / test.parquet in the output root (what a blend kernel attaches)."""
+        oofio.write(Path(self.context.output_dir), self.folder, self.ids, self.fold_of, oof, test,
                     results, target, test_ids)
 
 

@@ -138,3 +138,38 @@ def forecasts(panels: list[dict], title: str = "test forecasts"):
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def hill_climb(steps: list[dict], weights: dict, best_single: float, metric: str, title: str = "hill climbing"):
+    """The climb's CV after each step against the best single model's (dashed), and the final
+    weights (negative ones in red)."""
+    plt = _pyplot()
+    fig, (ax_cv, ax_w) = plt.subplots(1, 2, figsize=(11, 3.8))
+    ax_cv.plot(range(len(steps)), [s["score"] for s in steps], marker="o", label="hill climb")
+    for k, s in enumerate(steps):
+        ax_cv.annotate(f"{s['model']} {s['weight']:+.2f}", (k, s["score"]), fontsize=7, rotation=20)
+    ax_cv.axhline(best_single, ls="--", color="gray", label="best single model")
+    ax_cv.set(xlabel="step", ylabel=f"CV {metric}", title=title)
+    ax_cv.legend()
+    names = list(weights)
+    ax_w.barh(names, [weights[n] for n in names], color=["tab:red" if weights[n] < 0 else "tab:blue" for n in names])
+    ax_w.axvline(0, color="black", lw=0.8)
+    ax_w.set(title="weights (sum to 1)")
+    for ax in (ax_cv, ax_w):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def importance(shares: dict, top: int = 20):
+    """Feature importance (share of the gain) of each model, its ``top`` features, side by side."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(shares), figsize=(4.2 * len(shares), 0.3 * top + 1.5), squeeze=False)
+    for ax, (model, values) in zip(axes[0], shares.items()):
+        names = list(values)[:top][::-1]
+        ax.barh(names, [values[n] for n in names], color="tab:green")
+        ax.set(title=model, xlabel="share of gain")
+        ax.tick_params(axis="y", labelsize=7)
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -228,3 +228,28 @@ def write_for(predictions, folder, keys: list, target: str, path: Path | str) ->
     """``predictions`` in the competition's format (``for_competition``), checked, written to ``path``."""
     frame, schema = for_competition(predictions, folder, keys, target)
     return write(frame, path, schema)
+
+
+def from_columns(folder, ids, values, classes: list | None = None):
+    """A tabular competition's submission: ``sample_submission.csv``'s columns filled for
+    ``ids`` (test.csv's), with the schema to check it against. ``values``: one per row (a
+    probability, a value, a label), or a probability per class (N, C), written to the sample's
+    per-class columns, each named by its class (``Status_CL`` or ``CL`` for class ``CL``)."""
+    import numpy as np
+    import pandas as pd
+    schema = Schema.from_sample(Path(folder) / "sample_submission.csv")
+    values = np.asarray(values)
+    frame = pd.DataFrame({schema.columns[0]: ids})
+    if values.ndim == 1:
+        if len(schema.columns) != 2:
+            raise SubmissionError(f"sample_submission.csv has {len(schema.columns)} columns, the "
+                                  "predictions one value per row: predict a probability per class")
+        frame[schema.columns[1]] = values
+        return frame, schema
+    for column in schema.columns[1:]:
+        match = [k for k, c in enumerate(classes or []) if column == str(c) or column.endswith(f"_{c}")]
+        if len(match) != 1:
+            raise SubmissionError(f"sample_submission.csv's column {column!r} names none of the "
+                                  f"classes {list(classes or [])[:8]} (or several)")
+        frame[column] = values[:, match[0]]
+    return frame, schema

@@ -237,11 +237,17 @@ def community_rules(folder: Path, hidden: bool = False, rows: int = 480, test: i
     return folder
 
 
+def playground_s5e6(folder: Path, hidden: bool = False) -> Path:
+    """Playground S5E6's layout (readers/playground.py lists the real quirks it keeps)."""
+    from ..readers import playground
+    return playground.write(folder, rows=1200, test_rows=400, hidden=hidden)
+
+
 SERVED = "kagglekit-served-store-sales"  # a stand-in only: push refuses a kernel that attaches it
 # Stand-ins by the source a kernel attaches: a competition's slug or a dataset's owner/slug.
 STAND_INS = {"vesuvius-challenge-surface-detection": vesuvius, "ellipticco/elliptic-data-set": elliptic,
              "store-sales-time-series-forecasting": store_sales, SERVED: served_store_sales,
-             "jigsaw-agile-community-rules": community_rules}
+             "jigsaw-agile-community-rules": community_rules, "playground-series-s5e6": playground_s5e6}
 
 
 def mounts(meta: dict, work: Path, data: Path | None = None, hidden: bool = False, owner: str = "sandbox") -> dict:

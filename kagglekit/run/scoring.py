@@ -1,0 +1,167 @@
+"""A tabular competition's metric by name: its direction, the predictions it scores, and the
+submission form it needs.
+
+Predictions inside the kit are always the fullest form a model gives, so every metric, blend and
+stack works on the same arrays: a regression's value (``rmsle``: in log1p space, where it is
+an RMSE, ``to_space`` / ``from_space``), a binary task's probability of class 1 (N,), a
+multiclass task's probabilities (N, C). ``Metric.score`` is scikit-learn's own definition on
+them; ``Metric.batch`` scores many candidate predictions at once in torch (the hill climb's
+inner loop, on the GPU where there is one) and agrees with ``score`` (tests/test_tabular.py).
+``Metric.submission`` turns probabilities into what the competition reads: a probability, a
+label in the competition's own words, or three labels in order (MAP@3).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+EPS = 1e-7  # probabilities are clipped here before a log (a negative-weight blend may leave [0, 1])
+REGRESSION = ("rmse", "rmsle", "mae", "r2")
+CLASSIFICATION = ("auc", "logloss", "accuracy", "map@3")
+
+
+class MetricError(ValueError):
+    """A metric name the kit does not know, or one that does not fit the target."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    task: str  # "regression", "binary" or "multiclass"
+    higher_is_better: bool
+
+    @property
+    def direction(self) -> str:
+        return "maximize" if self.higher_is_better else "minimize"
+
+    def better(self, a: float, b: float) -> bool:
+        return a > b if self.higher_is_better else a < b
+
+    def to_space(self, y: np.ndarray) -> np.ndarray:
+        """The target where the models learn and blend (log1p for RMSLE; as is otherwise)."""
+        return np.log1p(y) if self.name == "rmsle" else y
+
+    def from_space(self, pred: np.ndarray) -> np.ndarray:
+        return np.expm1(pred) if self.name == "rmsle" else pred
+
+    def score(self, y, pred) -> float:
+        """scikit-learn's score of ``pred`` (the kit's form, in the learning space) for ``y``
+        (class indices, or the target in the learning space)."""
+        from sklearn import metrics as m
+        y, pred = np.asarray(y), np.asarray(pred, dtype=np.float64)
+        if self.task == "regression":
+            if self.name == "mae":
+                return float(m.mean_absolute_error(y, pred))
+            if self.name == "r2":
+                return float(m.r2_score(y, pred))
+            return float(np.sqrt(m.mean_squared_error(y, pred)))  # rmse; rmsle in log1p space
+        proba = _two_columns(pred) if self.task == "binary" else pred
+        if self.name == "auc":
+            return float(m.roc_auc_score(y, pred if pred.ndim == 1 else proba, multi_class="ovr"))
+        if self.name == "logloss":
+            clipped = np.clip(proba, EPS, 1 - EPS)
+            return float(m.log_loss(y, clipped / clipped.sum(1, keepdims=True), labels=np.arange(proba.shape[1])))
+        if self.name == "accuracy":
+            return float(m.accuracy_score(y, proba.argmax(1)))
+        return _map_at_3(y, proba)
+
+    def batch(self, y: torch.Tensor, preds: torch.Tensor) -> torch.Tensor:
+        """Scores of ``preds`` (B, N) or (B, N, C) against ``y`` (N,): one per candidate."""
+        if self.task == "regression":
+            err = preds - y
+            if self.name == "mae":
+                return err.abs().mean(1)
+            if self.name == "r2":
+                return 1 - err.pow(2).sum(1) / (y - y.mean()).pow(2).sum()
+            return err.pow(2).mean(1).sqrt()
+        if self.name == "auc" and self.task == "binary":
+            return _batch_auc(y, preds)
+        proba = torch.stack([1 - preds, preds], -1) if self.task == "binary" else preds
+        if self.name == "logloss":
+            clipped = proba.clamp(EPS, 1 - EPS)
+            clipped = clipped / clipped.sum(-1, keepdim=True)
+            return -clipped.gather(-1, y.long().expand(len(preds), -1).unsqueeze(-1)).log().mean((1, 2))
+        truth = proba.gather(-1, y.long().expand(len(preds), -1).unsqueeze(-1))
+        above = (proba > truth).sum(-1).float()  # classes ranked above the true one
+        if self.name == "accuracy":
+            return (above == 0).float().mean(1)
+        if self.name == "map@3":
+            return torch.where(above < 3, 1 / (above + 1), torch.zeros_like(above)).mean(1)
+        raise MetricError(f"{self.name} has no batched form for a {self.task} task")
+
+    def submission(self, pred: np.ndarray, classes: list | None):
+        """What the submission file holds for ``pred``: values (regression, back in the target's
+        units), the probability of the positive class (AUC, binary log loss), a probability per
+        class (multiclass log loss: a 2-D array), a label in the competition's words (accuracy),
+        or three labels by descending probability, space-separated (MAP@3)."""
+        pred = np.asarray(pred, dtype=np.float64)
+        if self.task == "regression":
+            return self.from_space(pred)
+        if self.name in ("auc", "logloss"):
+            return pred
+        proba = _two_columns(pred) if self.task == "binary" else pred
+        labels = np.asarray(classes, dtype=object)
+        if self.name == "accuracy":
+            return labels[proba.argmax(1)]
+        top = np.argsort(-proba, axis=1, kind="stable")[:, :3]
+        return np.array([" ".join(map(str, row)) for row in labels[top]], dtype=object)
+
+
+def _known(name: str) -> str:
+    """``name`` as the kit spells it (case and spaces ignored: "MAP@3", "roc_auc", "RMSE")."""
+    key = name.strip().lower().replace(" ", "").replace("roc_auc", "auc").replace("log_loss", "logloss")
+    key = {"map3": "map@3", "mapk": "map@3", "map@k": "map@3"}.get(key, key)
+    if key not in REGRESSION + CLASSIFICATION:
+        raise MetricError(f"metric={name!r} is not one the kit scores: use one of "
+                          f"{', '.join(REGRESSION + CLASSIFICATION)}")
+    return key
+
+
+def classifies(name: str) -> bool:
+    """Does the metric ``name`` score classes (its target's values are labels)?"""
+    return _known(name) in CLASSIFICATION
+
+
+def get(name: str, classes: int = 0) -> Metric:
+    """The metric ``name`` for a target of ``classes`` classes (0: a regression's)."""
+    key = _known(name)
+    if key in REGRESSION:
+        return Metric(key, "regression", key == "r2")
+    if classes < 2:
+        raise MetricError(f"metric={name!r} scores classes, but the target has {classes} distinct "
+                          "values: pick a regression metric (rmse, rmsle, mae, r2) or check target_column")
+    if key == "map@3" and classes < 4:
+        raise MetricError(f"metric='map@3' needs more than three classes to rank (the target has "
+                          f"{classes}): use accuracy or logloss")
+    return Metric(key, "binary" if classes == 2 else "multiclass", key != "logloss")
+
+
+def _two_columns(pred: np.ndarray) -> np.ndarray:
+    return np.stack([1 - pred, pred], 1) if pred.ndim == 1 else pred
+
+
+def _map_at_3(y: np.ndarray, proba: np.ndarray) -> float:
+    top = np.argsort(-proba, axis=1, kind="stable")[:, :3]
+    hit = top == np.asarray(y)[:, None]
+    return float((hit * (1 / np.arange(1, 4))).sum(1).mean())
+
+
+def _batch_auc(y: torch.Tensor, preds: torch.Tensor) -> torch.Tensor:
+    """ROC AUC of each row of ``preds``: the Mann-Whitney statistic from ranks (ties between a
+    positive and a negative count a half, as in scikit-learn, through average ranks)."""
+    order = preds.argsort(1)
+    sorted_preds = preds.gather(1, order)
+    ranks = torch.arange(1, preds.shape[1] + 1, dtype=preds.dtype, device=preds.device).expand_as(preds)
+    new = torch.ones_like(sorted_preds, dtype=torch.bool)
+    new[:, 1:] = sorted_preds[:, 1:] != sorted_preds[:, :-1]
+    group = new.cumsum(1) - 1  # ties share a group; its rank is the group's mean
+    sums = torch.zeros_like(preds).scatter_add_(1, group, ranks)
+    counts = torch.zeros_like(preds).scatter_add_(1, group, torch.ones_like(ranks))
+    average = (sums / counts.clamp(min=1)).gather(1, group)
+    positive = y.bool()[order]
+    n_pos = positive[0].sum()
+    n_neg = preds.shape[1] - n_pos
+    rank_sum = (average * positive).sum(1)
+    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
