@@ -155,6 +155,10 @@ bench: $(STAMP)
 	$(PY) benchmarks/graph_sampling.py
 	$(PY) benchmarks/gnn_cora.py
 	$(PY) benchmarks/gnn_switches.py
+	$(PY) benchmarks/tabular_lightgbm.py
+	$(PY) benchmarks/hillclimb.py --metrics rmse,logloss
+	$(PY) benchmarks/hillclimb.py --metrics auc --max-steps 3
+	$(PY) benchmarks/tabular_real.py
 	$(PY) benchmarks/ddp_step.py
 	$(PY) benchmarks/launch_start.py
 	$(PY) benchmarks/patch_loader.py

@@ -131,6 +131,8 @@ MUTABLES = {
     "kagglekit/machine/inputs.py:_indexes": "the attached inputs walked once per process",
     "kagglekit/run/metrics.py:_warned_half": "one warning per process",
     "kagglekit/tasks/cycles.py:_POOL_STEP": "the step the forked pool workers inherit",
+    "kagglekit/tasks/gbdt.py:OBJECTIVES": "constant objective names per task",
+    "kagglekit/tasks/gbdt.py:EVAL": "constant validation metric names per task",
     "kagglekit/machine/signals.py:_requested": "this process's stop request (a signal handler sets it)",
     "kagglekit/loop/progress.py:_quiet": "a context variable: quiet bars inside a with-block only",
 }

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))  # all nine
+NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))  # all ten
 SERVED = "timeseries_served"  # the forecast in an inference-server competition (a kernel-metadata variant)
 
 pytestmark = [pytest.mark.slow]
@@ -81,6 +81,20 @@ def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_o
         _check_the_served_rerun(bench.work / notebook)
     if notebook == "gnn_node_classification":
         _check_the_folds_across_versions(bench.work / notebook)
+    if notebook == "tabular":
+        _check_the_tabular_versions(bench.work / notebook)
+
+
+def _check_the_tabular_versions(runs: Path) -> None:
+    """Versions 2 and 3 train no model and rebuild version 1's submission from the stored OOF
+    and test predictions (its 25 units: 5 models x 5 folds), byte for byte."""
+    first = runs / "v1" / "working"
+    assert len(json.loads((first / "metrics.json").read_text())["models"]) >= 5
+    for version in (2, 3):
+        working = runs / f"v{version}" / "working"
+        metrics = json.loads((working / "metrics.json").read_text())
+        assert metrics["cache"]["misses"] == 0 and metrics["cache"]["hits"] == 25
+        assert (working / "submission.csv").read_bytes() == (first / "submission.csv").read_bytes()
 
 
 def _check_the_folds_across_versions(runs: Path) -> None:

@@ -95,6 +95,8 @@ def read(folder, target_column: str = "", *, classification: bool, original_csv:
     categorical = _categoricals(train, test, dropped)
     features = train.drop(columns=[c for c in dropped if c in train.columns])
     test = test.drop(columns=[c for c in dropped if c in test.columns])
+    dropped = {c: why for c, why in dropped.items()  # a column dropped anyway: its absence is moot
+               if not (c.endswith(" (original)") and c[:-len(" (original)")] in dropped)}
     y, classes = _encode(labels, classification, n)
     return Competition(folder, target, id_column, features, y, test, ids, test_ids, classes,
                        categorical, n, dropped, files)

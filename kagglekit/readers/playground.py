@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-SOILS = ["Black", "Clayey", "Loamy", "Red", "Sandy"]
-CROPS = ["Barley", "Cotton", "Ground Nuts", "Maize", "Millets", "Oil seeds", "Paddy", "Pulses",
-         "Sugarcane", "Tobacco", "Wheat"]
-FERTILIZERS = ["10-26-26", "14-35-14", "17-17-17", "20-20", "28-28", "DAP", "Urea"]
+SOILS = ("Black", "Clayey", "Loamy", "Red", "Sandy")
+CROPS = ("Barley", "Cotton", "Ground Nuts", "Maize", "Millets", "Oil seeds", "Paddy", "Pulses",
+         "Sugarcane", "Tobacco", "Wheat")
+FERTILIZERS = ("10-26-26", "14-35-14", "17-17-17", "20-20", "28-28", "DAP", "Urea")
 TARGET = "Fertilizer Name"
 
 

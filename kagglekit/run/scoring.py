@@ -67,6 +67,14 @@ class Metric:
             return float(m.accuracy_score(y, proba.argmax(1)))
         return _map_at_3(y, proba)
 
+    def cv(self, y, pred, fold_of) -> float:
+        """The mean of the per-fold scores (``fold_of``: each row's fold), the CV a table reports:
+        a blend fitted per fold is judged on each fold as the models are, not pooled (pooling
+        rows of blends whose weights differ by fold would penalise a ranking metric for it)."""
+        y, pred, fold_of = np.asarray(y), np.asarray(pred), np.asarray(fold_of)
+        folds = np.unique(fold_of[fold_of >= 0])
+        return float(np.mean([self.score(y[fold_of == k], pred[fold_of == k]) for k in folds]))
+
     def batch(self, y: torch.Tensor, preds: torch.Tensor) -> torch.Tensor:
         """Scores of ``preds`` (B, N) or (B, N, C) against ``y`` (N,): one per candidate."""
         if self.task == "regression":
@@ -78,6 +86,9 @@ class Metric:
             return err.pow(2).mean(1).sqrt()
         if self.name == "auc" and self.task == "binary":
             return _batch_auc(y, preds)
+        if self.name == "logloss" and self.task == "binary":  # the two-column form, without building it
+            p = preds.clamp(EPS, 1 - EPS)
+            return -(y * p.log() + (1 - y) * (1 - p).log()).mean(1)
         proba = torch.stack([1 - preds, preds], -1) if self.task == "binary" else preds
         if self.name == "logloss":
             clipped = proba.clamp(EPS, 1 - EPS)
@@ -149,19 +160,12 @@ def _map_at_3(y: np.ndarray, proba: np.ndarray) -> float:
 
 
 def _batch_auc(y: torch.Tensor, preds: torch.Tensor) -> torch.Tensor:
-    """ROC AUC of each row of ``preds``: the Mann-Whitney statistic from ranks (ties between a
-    positive and a negative count a half, as in scikit-learn, through average ranks)."""
-    order = preds.argsort(1)
-    sorted_preds = preds.gather(1, order)
-    ranks = torch.arange(1, preds.shape[1] + 1, dtype=preds.dtype, device=preds.device).expand_as(preds)
-    new = torch.ones_like(sorted_preds, dtype=torch.bool)
-    new[:, 1:] = sorted_preds[:, 1:] != sorted_preds[:, :-1]
-    group = new.cumsum(1) - 1  # ties share a group; its rank is the group's mean
-    sums = torch.zeros_like(preds).scatter_add_(1, group, ranks)
-    counts = torch.zeros_like(preds).scatter_add_(1, group, torch.ones_like(ranks))
-    average = (sums / counts.clamp(min=1)).gather(1, group)
-    positive = y.bool()[order]
-    n_pos = positive[0].sum()
-    n_neg = preds.shape[1] - n_pos
-    rank_sum = (average * positive).sum(1)
-    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+    """ROC AUC of each row of ``preds``: for every positive, the negatives scored below it (a tie
+    counts a half, as in scikit-learn), found by binary search in the sorted negatives."""
+    positive = y.bool()
+    negatives = preds[:, ~positive].contiguous().sort(1).values
+    positives = preds[:, positive].contiguous()
+    below = torch.searchsorted(negatives, positives, right=False).sum(1, dtype=torch.float64)
+    at_most = torch.searchsorted(negatives, positives, right=True).sum(1, dtype=torch.float64)
+    pairs = float(positives.shape[1]) * negatives.shape[1]
+    return ((below + at_most) / (2 * pairs)).to(preds.dtype)
