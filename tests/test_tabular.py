@@ -299,7 +299,9 @@ def test_the_tabular_notebook_reruns_nothing_and_another_kernels_oofs_join_its_e
     assert picks.map(len).eq(3).all() and picks.map(lambda p: set(p) <= set(playground.FERTILIZERS) and
                                                     len(set(p)) == 3).all()
     assert set(pd.read_parquet(out / "oof.parquet").columns) >= models | {"id", "fold", "target", "submitted"}
-    assert first["search_lightgbm"]["trials"]  # the smoke's searches ran (trials from the smoke)
+    for model in ("lightgbm", "xgboost", "catboost", "mlp", "linear"):  # a search per model (the smoke's 2 trials)
+        assert first[f"search_{model}"]["trials"] == {"COMPLETE": 2}
+    assert set(first["params"]["mlp"]) == {"hidden", "lr", "dropout"} and set(first["params"]["linear"]) == {"c"}
     assert_reads_as_a_report(out, "tabular")
 
     again = _notebook_metrics(run_notebook(notebook, params, output_dir=out, progress=False))
