@@ -52,6 +52,26 @@ def real_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def thread_cap(threads: int, environ=None) -> int:
+    """``threads``, or fewer where ``OMP_NUM_THREADS`` says so: the user's (or CI's) limit wins
+    (OpenMP threads beyond the cores one is given spin on cores another process needs)."""
+    cap = (os.environ if environ is None else environ).get("OMP_NUM_THREADS", "").strip()
+    return min(threads, int(cap)) if cap.isdigit() and int(cap) > 0 else threads
+
+
+def local_or_attached(reference: str | Path, roots: list[Path] | None = None) -> Path:
+    """``reference`` as a path when it exists here, else the attached Kaggle source it names
+    (``inputs.attached``; ``roots``: the input roots, default this machine's), else the path as given,
+    for the caller to name what is missing."""
+    from . import inputs
+    path = Path(reference).expanduser()
+    if path.exists():
+        return path
+    if roots is None:
+        roots = where().input_roots
+    return inputs.attached(str(reference), roots) or path
+
+
 def competition_rerun() -> bool:
     """Is this Kaggle's scoring rerun of a code competition (``KAGGLE_IS_COMPETITION_RERUN``)?
     The hidden test set replaces the public one, internet is off and the competition's own

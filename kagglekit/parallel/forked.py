@@ -22,7 +22,7 @@ import time
 import traceback
 from multiprocessing.connection import wait
 
-from ..machine import inputs, signals
+from ..machine import env as machine_env, inputs, signals
 from ..machine.budget import Unfinished
 from . import forkserver, heartbeat, ranklog
 
@@ -106,8 +106,7 @@ def _child(index: int, env: dict, payload: bytes, walked: bytes, conn, threads: 
     os.environ.clear()
     os.environ.update(env, **{WORKER_ENV: "1"})
     import torch
-    cap = env.get("OMP_NUM_THREADS", "").strip()  # the user's (or CI's) limit wins
-    torch.set_num_threads(min(threads, int(cap)) if cap.isdigit() and int(cap) > 0 else threads)
+    torch.set_num_threads(machine_env.thread_cap(threads, env))
     pipe = _Pipe(conn, index)
     beat = heartbeat.Beat(pipe.beat, beat_s, orphaned=_orphaned)
     beat.start()

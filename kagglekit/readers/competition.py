@@ -130,10 +130,8 @@ def _original(path: Path, columns: list, target: str, dropped: dict):
 
 
 def _original_file(source) -> Path:
-    from ..machine import env, inputs
-    path = Path(source).expanduser()
-    if not path.exists():
-        path = inputs.attached(str(source), env.where().input_roots) or path
+    from ..machine import env
+    path = env.local_or_attached(source)
     if path.is_dir():
         tables = sorted(path.rglob("*.csv"))
         if len(tables) != 1:

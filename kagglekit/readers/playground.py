@@ -77,13 +77,10 @@ def builtin(rows: int, seed: int = 0) -> Path:
     """The stand-in of ``rows`` training rows (and a test set of a third of them), written once
     to the temporary folder: the notebook's data when ``data_dir`` is empty."""
     import tempfile
+
+    from ..state import atomic
     folder = Path(tempfile.gettempdir()) / f"kagglekit-playground-s5e6-{rows}-{seed}"
     if not (folder / "sample_submission.csv").exists():
-        partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=folder.parent))
-        write(partial, rows, max(1, rows // 3), seed)
-        try:
-            partial.rename(folder)
-        except OSError:  # another process wrote it first: the same files
-            import shutil
-            shutil.rmtree(partial, ignore_errors=True)
+        with atomic.atomic_folder(folder) as partial:
+            write(partial, rows, max(1, rows // 3), seed)
     return folder

@@ -21,12 +21,11 @@ saved as ``save_pretrained`` writes a Kaggle Model's files (``config.json``,
 """
 from __future__ import annotations
 
-import os
 import random
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..state import atomic
 
 EVENTS = (("storm", "calm"), ("loss", "win"), ("fever", "recovery"), ("drought", "harvest"))
 LABELS = ("ends_badly", "ends_well")
@@ -66,12 +65,16 @@ def write_competition(folder: Path | str, train: int = 1600, test: int = 400, se
     ``probabilities``: the sample submission has one probability column per class instead of a
     label column. ``solution.csv`` (id, label, Usage) is what Kaggle publishes once a
     competition ends: the test accuracy, for the built-in task only."""
-    import pandas as pd
     folder = Path(folder)
     if (folder / "sample_submission.csv").exists():
         return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=folder.parent))
+    with atomic.atomic_folder(folder) as partial:
+        _write_competition(partial, train, test, seed, probabilities)
+    return folder
+
+
+def _write_competition(partial: Path, train: int, test: int, seed: int, probabilities: bool) -> None:
+    import pandas as pd
     rows = texts(train + test, seed)
     ids = [f"t{seed:02d}{i:05d}" for i in range(len(rows))]
     frame = pd.DataFrame({"id": ids, "text": [t for t, _ in rows],
@@ -86,11 +89,6 @@ def write_competition(folder: Path | str, train: int = 1600, test: int = 400, se
     for name in (LABELS if probabilities else ["label"]):
         sample[name] = 0.5 if probabilities else LABELS[0]
     sample.to_csv(partial / "sample_submission.csv", index=False)
-    try:
-        os.replace(partial, folder)
-    except OSError:  # written by another process meanwhile
-        shutil.rmtree(partial, ignore_errors=True)
-    return folder
 
 
 class TextDataError(ValueError):
@@ -223,14 +221,9 @@ def write_standin_model(root: Path | str, arch: str = "bert", seed: int = 0, hid
     tokenizer = _tokenizer(corpus or [t for t, _ in texts(4000, seed)], arch)
     torch.manual_seed(seed)
     model = AutoModel.from_config(_config(arch, len(tokenizer), tokenizer.pad_token_id, hidden, layers))
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=folder.parent))
-    model.save_pretrained(partial)  # config.json, model.safetensors: what a Kaggle Model holds
-    tokenizer.save_pretrained(partial)
-    try:  # whole or not at all: a killed writer leaves no half model for the next run to load
-        os.replace(partial, folder)
-    except OSError:  # another process wrote it first
-        shutil.rmtree(partial, ignore_errors=True)
+    with atomic.atomic_folder(folder) as partial:  # a killed writer leaves no half model to load
+        model.save_pretrained(partial)  # config.json, model.safetensors: what a Kaggle Model holds
+        tokenizer.save_pretrained(partial)
     return folder
 
 

@@ -63,10 +63,8 @@ def read_source(reference: str, roots: list[Path] | None = None) -> Source:
 
 def locate(reference: str, roots: list[Path] | None = None) -> Path:
     """The folder of a kernel output: ``reference`` itself, or the attached ``owner/slug``."""
-    from ..machine import env, inputs
-    folder = Path(reference).expanduser()
-    if not folder.is_dir():
-        folder = inputs.attached(reference, roots if roots is not None else env.where().input_roots) or folder
+    from ..machine import env
+    folder = env.local_or_attached(reference, roots)
     if not folder.is_dir():
         raise BlendError(f"source {reference!r}: no such folder and no attached kernel of that "
                          "owner/slug (add it to kernel_sources in the kernel's metadata)")

@@ -159,9 +159,7 @@ class Run(Report):
         value = self.config.get("data_dir") or ""
         if not value:
             return None
-        path = Path(value).expanduser()
-        if not path.is_dir():
-            path = inputs.attached(value, env.where().input_roots) or path
+        path = env.local_or_attached(value)
         if not path.is_dir():
             raise DataDirError(f"data_dir={value!r} does not exist: no folder and no attached Kaggle "
                                "source (owner/slug under /kaggle/input, or data/<slug> locally after "

@@ -38,8 +38,9 @@ def processes() -> int:
 
 
 def threads_each(workers: int) -> int:
-    """Each worker's share of the cores this process may really use (at least one)."""
-    return max(1, env.real_cpus() // max(1, workers))
+    """Each worker's share of the cores this process may really use (``OMP_NUM_THREADS``, when
+    set, caps them), at least one."""
+    return max(1, env.thread_cap(env.real_cpus()) // max(1, workers))
 
 
 def share(run, jobs: list[tuple[object, Callable[[int], object]]], *, workers: int | None = None) -> dict:
@@ -49,14 +50,22 @@ def share(run, jobs: list[tuple[object, Callable[[int], object]]], *, workers: i
         raise ValueError(f"two jobs share the unit name {max(names, key=names.count)!r}")
     pending = [(u, fn) for u, fn in jobs if not u.done]
     workers = min(workers or processes(), len(pending))
-    reports = []
-    if pending and (workers <= 1 or in_worker()):
-        reports = [_work(run, pending, threads_each(1), None, 0)]
+    computed = []
+    if pending and (workers <= 1 or in_worker()):  # here: the cache records each as it computes
+        computed = _work(run, pending, threads_each(1), None, 0)
     elif pending:
         with tempfile.TemporaryDirectory(prefix="kagglekit-claims-") as claims:
             body = _Body(run, pending, threads_each(workers), claims, bool(gpus.inventory()))
             reports = run_forked(body, workers, what="unit worker", threads=threads_each(workers), every=True)
-    return _collect(run, jobs, [e for r in reports for e in r])
+        computed = [e for report in reports for e in report]
+        run.cache.events.extend(computed)  # the workers' records, merged into this process's
+    return _collect(run, jobs, {e["name"] for e in computed})
+
+
+def pin_gpu(index: int) -> None:
+    """Show a fresh worker process GPU ``index`` alone (as its cuda:0), before anything in it
+    touches CUDA."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
 
 
 class _Body:
@@ -66,13 +75,13 @@ class _Body:
         self.run, self.pending, self.threads, self.claims, self.pin_gpu = run, pending, threads, claims, pin_gpu
 
     def __call__(self, index: int) -> list:
-        if self.pin_gpu:  # before anything here touches CUDA
-            os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
+        if self.pin_gpu:
+            pin_gpu(index)
         return _work(self.run, self.pending, self.threads, self.claims, index)
 
 
 def _work(run, pending, threads: int, claims: str | None, index: int) -> list:
-    """The jobs this worker claims, done in order; the cache's record of each."""
+    """The jobs this worker claims, done in order; the cache's record of each it computed."""
     spent, events = [], []
     for unit, fn in pending:
         if claims is not None and not _claim(Path(claims) / f"{unit.name}-{unit.key}"):
@@ -102,22 +111,17 @@ def _claim(path: Path) -> bool:
         return False
 
 
-def _collect(run, jobs, events: list) -> dict:
-    """The stored results, the workers' cache records merged into this process's."""
-    run.cache.events.extend(events)
-    computed = {e["name"] for e in events if not e["hit"]}
+def _collect(run, jobs, computed: set) -> dict:
+    """The stored results: those ``computed`` this session read back; those stored before
+    through ``unit.cached``, a hit like any unit's (recorded, its checkpoints carried)."""
     results = {}
-    for unit, _ in jobs:
-        found = run.cache.lookup(unit.name, unit.key, unit.shaping)
-        if found is None:
+    for unit, fn in jobs:
+        if unit.name in computed:
+            results[unit.name] = run.cache.lookup(unit.name, unit.key, unit.shaping)[0]
+            run.chain[f"cache:{unit.name}"] = "computed"
+        elif unit.done:
+            results[unit.name] = unit.cached(lambda f=fn: f(threads_each(1)))
+        else:  # left for the next version (the session's time, or kk.Unfinished)
             run.chain[f"cache:{unit.name}"] = "pending"
-            continue
-        value, meta, where = found
-        if unit.name not in computed:
-            run.cache.events.append({"name": unit.name, "key": unit.key, "hit": True, "from": str(where),
-                                     "seconds_saved": meta["seconds"]})
-            unit.carry()
-        run.chain[f"cache:{unit.name}"] = "computed" if unit.name in computed else "hit"
-        results[unit.name] = value
     run.log(cache=run.cache.stats(), chain=run.chain)
     return results

@@ -26,6 +26,7 @@ from pathlib import Path
 from ..loop import progress
 from ..machine.budget import Budget
 from ..parallel.forked import run_forked
+from ..run import workpool
 from . import sizing, studystore
 from .sizing import FINISHED, MIN_SCALE, trial_scale  # noqa: F401 (kk.tune.trial_scale in objectives)
 from .studyreport import counts, summarize  # noqa: F401 (kk.tune.summarize in notebooks)
@@ -153,8 +154,8 @@ def _say(trial, outcome: str, started: float) -> None:
 def _worker(gpus: int, args: tuple, index: int) -> str:
     """One search worker in its own process: its GPU (cuda:0 of what it sees, where
     ``run.device`` points) and its trials."""
-    if gpus:  # before anything touches CUDA in this fresh process
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
+    if gpus:
+        workpool.pin_gpu(index)
     return _work(*args, worker=index)
 
 
@@ -208,7 +209,7 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
             print(f"kagglekit tune: continuing the study found in {adopted}")
     url = studystore.resolve(storage) if storage else studystore.storage_url(db)  # never printed
     gpus = len(inventory())
-    workers = workers or max(1, gpus)
+    workers = workers or workpool.processes()
     options = {"sampler": sampler, "pruner": pruner, "heartbeat_s": heartbeat_s,
                "grace_s": grace_s, "max_retry": max_retry, "shrink": shrink, "workers": workers}
     study = load_study(name, url, direction, **options)  # creates the tables once
@@ -226,9 +227,8 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
     elif workers == 1:
         reason = _work(*args)
     else:
-        from ..machine.env import real_cpus
         run_forked(functools.partial(_worker, gpus, args), workers, what="tune worker",
-                   threads=max(1, real_cpus() // workers))
+                   threads=workpool.threads_each(workers))
         reason = "workers finished"
     study = load_study(name, url, direction, **options)
     print(f"kagglekit tune: {name}: {counts(study)} ({reason})")

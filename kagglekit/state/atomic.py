@@ -50,6 +50,28 @@ def atomic_path(path: Path | str):
         raise
 
 
+@contextmanager
+def atomic_folder(folder: Path | str):
+    """Yield a temporary folder beside ``folder`` to fill; on success it becomes ``folder``
+    whole (a killed writer leaves no half folder for the next run to read). When another
+    process put ``folder`` there first, theirs stays and this one is dropped."""
+    import shutil
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=folder.parent))
+    try:
+        yield partial
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    try:
+        os.replace(partial, folder)
+    except OSError:  # another writer's folder is already in place (a rename onto it fails)
+        shutil.rmtree(partial, ignore_errors=True)
+        if not folder.is_dir():
+            raise
+
+
 def write_bytes(path: Path | str, data: bytes) -> None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
