@@ -166,6 +166,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/surface_score.py
 	$(PY) benchmarks/int8_inference.py
 	$(PY) benchmarks/text_finetune.py
+	$(PY) benchmarks/text_real.py
 	$(PY) benchmarks/gpu_figures.py
 
 ## lint: ruff (pyproject.toml's rules) over the kit, tests, benchmarks and notebooks; notebooks committed clean

@@ -18,14 +18,14 @@ _PARTS = {
     "parallel": ["ranks", "forkserver", "heartbeat", "forked", "launcher", "ranklog", "loaders", "batches"],
     "state": ["atomic", "rng", "space", "keys", "identity", "cache", "snapshot", "found", "checkpoint", "published"],
     "readers": ["tiff", "volumecache", "volumes", "graphsets", "timeseries", "windows", "tables", "datasets",
-                "graph", "textsets", "pretrained", "competition", "playground"],
+                "graph", "textsets", "manpages", "pretrained", "competition", "playground"],
     "loop": ["train", "epochs", "step", "halving", "fitoptions", "fitstate", "durable", "resuming", "restarts",
              "fallback", "accel", "cudagraph", "guards", "progress", "monitor", "memory", "schedule"],
     "run": ["context", "unit", "params", "splitters", "plots", "metrics", "surfacescore", "evaluate", "submission",
             "folds", "oofio", "blend", "serving", "scoring", "workpool", "zoo", "hillclimb", "stacking",
-            "oofsources"],
+            "oofsources", "choice", "rerunplan"],
     "search": ["tune", "sizing", "studyreport", "studystore", "boosting"],
-    "tasks": ["segment3d", "postprocess3d", "augment3d", "models", "cycles", "text", "figures", "gbdt"],
+    "tasks": ["segment3d", "postprocess3d", "augment3d", "models", "cycles", "text", "answerhead", "figures", "gbdt"],
 }
 _SUBMODULES = {name: f"{part}.{name}" for part, names in _PARTS.items() for name in names}
 _EXPORTS = {

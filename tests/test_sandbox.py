@@ -77,6 +77,7 @@ def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_o
         _check_the_text_rerun(bench.work / notebook)
         monkeypatch.setenv("KAGGLEKIT_BUILD", str(tmp_path / "build"))
         _check_the_inference_kernel(bench, notebook)
+        _check_test_time_training(bench)
     if notebook == SERVED:
         _check_the_served_rerun(bench.work / notebook)
     if notebook == "gnn_node_classification":
@@ -148,6 +149,8 @@ def _check_the_inference_kernel(bench, trained: str) -> None:
             submission = pd.read_csv(working / "submission.csv")
             assert list(submission["row_id"]) == list(asked["row_id"])
             assert submission["rule_violation"].between(0, 1).all()
+            printed = (working / f"kagglekit-{infer.replace('_', '-')}.ipynb").read_text()
+            assert "submitting what the training run chose: submitting " in printed  # its published record
 
 
 def _check_the_served_rerun(runs: Path) -> None:
@@ -175,7 +178,10 @@ def _check_the_text_rerun(runs: Path) -> None:
     import pandas as pd
     working = runs / "rerun" / "working"
     metrics = json.loads((working / "metrics.json").read_text())
-    assert "fit" not in metrics and not any(v == "computed" for v in metrics.get("chain", {}).values())
+    assert not any(v == "computed" for v in metrics.get("chain", {}).values())
+    assert [metrics["chain"][f"cache:text-fold{k}"] for k in range(5)] == ["hit"] * 5  # found, not trained
+    chosen = json.loads((runs / "v3" / "working" / "metrics.json").read_text())["choice"]
+    assert metrics["choice"] == chosen and chosen["metric"] == "auc"  # the submitted version's choice, again
     assert "/input/models/" in metrics["model"]["path"]
     submission = pd.read_csv(working / "submission.csv")
     hidden = pd.read_csv(next((runs / "rerun" / "input" / "competitions").rglob("test.csv")))
@@ -183,6 +189,38 @@ def _check_the_text_rerun(runs: Path) -> None:
     assert submission["rule_violation"].between(0, 1).all() and submission["rule_violation"].nunique() > 1
     public = json.loads((runs / "v1" / "working" / "metrics.json").read_text())
     assert public["cv_text"]["folds"] == 5 and public["checkpoint"]["bytes"] > 0
+
+
+def _check_test_time_training(bench) -> None:
+    """Jigsaw 2025's way, as the kernel text_classification_ttt runs it: version 1 trains its
+    three folds on train.csv and the public test's labelled examples, versions 2 and 3 find
+    them, and the plan they record says what the scoring rerun will train and that it fits; the
+    rerun trains those folds anew on the hidden test's examples (no other work), as planned, and
+    submits every hidden row; make submit's check accepts the version and names what it trains."""
+    import pandas as pd
+
+    from kagglekit.run import rerunplan
+    from kagglekit.tools import sandbox
+    from kagglekit.tools.publish.submit import submission_problem
+    with _in_repo():
+        outcomes = sandbox.run_notebook("text_classification_ttt", bench)
+    assert [(o.version, o.ok) for o in outcomes] == [(1, True), (2, True), (3, True), ("rerun", True)], \
+        [o.verdict for o in outcomes]
+    runs = bench.work / "text_classification_ttt"
+    folds = [f"text-fold{k}" for k in range(3)]
+    submitted = json.loads((runs / "v3" / "working" / "metrics.json").read_text())
+    plan = submitted["rerun_plan"]
+    assert plan["fits"] and [u["name"] for u in plan["units"]] == folds and plan["hours"] == 9.0
+    assert all(u["rerun_rows"] >= u["rows"] > 0 and u["measured_s"] > 0 for u in plan["units"])
+    assert [submitted["chain"][f"cache:{f}"] for f in folds] == ["hit"] * 3
+    rerun = json.loads((runs / "rerun" / "working" / "metrics.json").read_text())
+    assert [rerun["chain"][f"cache:{f}"] for f in folds] == ["computed"] * 3  # the hidden test's examples
+    assert "trained cache:text-fold0, cache:text-fold1, cache:text-fold2 as planned" in outcomes[-1].verdict
+    hidden = pd.read_csv(next((runs / "rerun" / "input" / "competitions").rglob("test.csv")))
+    assert len(pd.read_csv(runs / "rerun" / "working" / "submission.csv")) == len(hidden) == 192
+    file, problem = submission_problem(runs / "v3" / "working", code=True)
+    assert problem == "" and file.name == "submission.csv"
+    assert rerunplan.describe(plan).startswith("the scoring rerun will train text-fold0, text-fold1, text-fold2")
 
 
 def _check_the_scoring_rerun(runs: Path) -> None:

@@ -293,6 +293,7 @@ def test_the_tabular_notebook_reruns_nothing_and_another_kernels_oofs_join_its_e
     assert sum(first["hill_climb"]["weights"].values()) == pytest.approx(1.0)
     best = max(r["cv"] for m, r in rows.items() if m in models)
     assert first["cv_submitted"]["score"] >= best - 1e-12  # the best of single, climb and stack
+    assert first["summary"][0]["passed"] is True  # judged against the next best, never against itself
     submission = pd.read_csv(out / "submission.csv")
     assert list(submission["id"]) == list(pd.read_csv(folder / "test.csv")["id"])
     picks = submission["Fertilizer Name"].str.split(" ")

@@ -21,9 +21,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """A stand-in BERT and Llama (random weights, tokenizers trained on the built-in texts)."""
+    """A stand-in BERT, Llama and Qwen 3 (random weights, tokenizers trained on the built-in texts)."""
     root = tmp_path_factory.mktemp("models")
-    return {arch: textsets.write_standin_model(root, arch) for arch in ("bert", "llama")}
+    return {arch: textsets.write_standin_model(root, arch) for arch in ("bert", "llama", "qwen")}
 
 
 # ---- the attached model ------------------------------------------------------------------------
@@ -78,6 +78,7 @@ def test_a_4bit_base_keeps_non_reentrant_checkpointing_through_peft_s_preparatio
 
     from transformers import AutoModelForSequenceClassification
     model = AutoModelForSequenceClassification.from_pretrained(models["llama"], num_labels=2)
+    model.config.pad_token_id = kk.text.load_tokenizer(models["llama"]).pad_token_id  # Llama 3 ships none
     model.is_loaded_in_4bit = True
     model = kk.text.prepare_quantized(model, gradient_checkpointing=True)
     layers = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False)]
@@ -88,6 +89,88 @@ def test_a_4bit_base_keeps_non_reentrant_checkpointing_through_peft_s_preparatio
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # torch warns when the choice is left open
         model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=torch.tensor([0, 1])).loss.backward()
+
+
+# ---- decoders as classifiers -------------------------------------------------------------------
+PROMPT = "story : {text} . does it end well ? answer :"
+
+
+def _decoder(models, arch, head, **options):
+    from transformers import AutoTokenizer
+
+    from kagglekit.tasks import answerhead
+    assert AutoTokenizer.from_pretrained(models[arch]).pad_token is None  # as Llama 3 and Qwen base ship
+    tokenizer = kk.text.load_tokenizer(models[arch])
+    ids = answerhead.answer_token_ids(tokenizer, textsets.LABELS, "no,yes") if head == "answer_token" else None
+    torch.manual_seed(0)
+    model, _ = kk.text.load_classifier(models[arch], 2, head=head, answer_ids=ids, lora_r=4, **options)
+    return model, tokenizer
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen"])
+@pytest.mark.parametrize("head", ["sequence", "answer_token"])
+def test_a_decoder_without_a_padding_token_classifies_a_padded_batch_as_each_text_alone(models, arch, head):
+    """Llama 3 and Qwen ship no padding token: one is supplied, and the class is read at the last
+    real token whether the batch is padded on the right or on the left (LoRA on, batches of 3)."""
+    model, tokenizer = _decoder(models, arch, head)
+    model.eval()
+    texts = kk.text.TokenizedTexts(tokenizer, ["calm lokami storm", "storm calm", "mikalo ruto calm storm vivi sapa"],
+                                   32, template=PROMPT)
+    with torch.no_grad():
+        alone = torch.cat([model(input_ids=torch.tensor([i]), attention_mask=torch.ones(1, len(i), dtype=torch.long))
+                           .logits for i in texts.ids])
+        for side in ("right", "left"):
+            tokenizer.padding_side = side
+            batch = kk.text.collator(tokenizer)([{"input_ids": i} for i in texts.ids])
+            assert (batch["attention_mask"] == 0).any()  # padded
+            torch.testing.assert_close(model(**batch).logits, alone, atol=1e-5, rtol=1e-4)
+    assert alone.shape == (3, 2)
+    trained = [n for n, p in model.named_parameters() if p.requires_grad]
+    head_weights = [n for n in trained if "lora_" not in n]  # the sequence head trains whole; answer tokens add none
+    assert (head_weights == []) == (head == "answer_token")
+
+
+@pytest.mark.parametrize("head", ["sequence", "answer_token"])
+def test_the_frozen_base_sits_in_16_bits_and_what_trains_in_fp32_even_after_a_fall_back_to_fp32(models, head):
+    """On the emulated T4 (fp16 with a GradScaler) the base is loaded in the CPU's 16-bit type and
+    the adapters and head in fp32, as the scaler needs; a fit that gave fp16 up runs without
+    autocast, and the half base's hidden states still meet the fp32 head."""
+    from kagglekit.machine.precision import Precision
+    model, tokenizer = _decoder(models, "qwen", head, precision=Precision("fp16", "cpu"), device="cpu")
+    trains = {p.dtype for p in model.parameters() if p.requires_grad}
+    frozen = {p.dtype for p in model.parameters() if not p.requires_grad}
+    assert trains == {torch.float32} and frozen == {torch.bfloat16}
+    batch = kk.text.collator(tokenizer)([{"input_ids": i, "labels": y} for i, y in ([[5, 6, 7], 0], [[8, 9], 1])])
+    scaler = torch.amp.GradScaler("cpu")
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    with Precision("fp16", "cpu").autocast():
+        scaler.scale(model(**batch).loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    model(**batch).loss.backward()  # fp32, no autocast
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in model.parameters() if p.requires_grad)
+
+
+def test_answer_tokens_that_cannot_tell_the_classes_apart_are_refused_by_name(models):
+    from kagglekit.tasks.answerhead import AnswerTokenError, answer_token_ids
+    tokenizer = kk.text.load_tokenizer(models["llama"])
+    assert len(set(answer_token_ids(tokenizer, ["a", "b"], "no,yes"))) == 2
+    with pytest.raises(AnswerTokenError, match="'yes' and 'yes' begin with the same token"):
+        answer_token_ids(tokenizer, ["a", "b"], "yes,yes")
+    with pytest.raises(AnswerTokenError, match="not in the model's vocabulary"):
+        answer_token_ids(tokenizer, textsets.LABELS)  # the labels' own words: unknown to the stand-in
+    with pytest.raises(AnswerTokenError, match="names 3 answers for 2 classes"):
+        answer_token_ids(tokenizer, ["a", "b"], "no,yes,maybe")
+
+
+def test_a_text_too_long_is_cut_inside_the_prompt_and_its_question_stays_whole(models):
+    tokenizer = kk.text.load_tokenizer(models["llama"])
+    question = tokenizer(" does it end well ? answer :", add_special_tokens=False)["input_ids"]
+    texts = kk.text.TokenizedTexts(tokenizer, [" ".join(["calm"] * 50), "storm calm"], 16, template=PROMPT)
+    assert len(texts.ids[0]) == 16 and texts.ids[0][-len(question):] == question
+    assert texts.ids[1][-len(question):] == question and texts.ids[0][0] == tokenizer.bos_token_id
+    with pytest.raises(ValueError, match="no room for the text"):
+        kk.text.TokenizedTexts(tokenizer, ["calm"], 8, template=PROMPT)
 
 
 # ---- the competition's files -------------------------------------------------------------------
@@ -108,6 +191,27 @@ def test_a_binary_target_whose_sample_holds_fractions_gets_the_positive_probabil
     assert set(data.test["rule"]) - set(data.train["rule"])  # as the real one: rules train never had
     probs = np.column_stack([np.linspace(0, 1, len(data.test)), np.linspace(1, 0, len(data.test))])
     assert np.allclose(data.submission(probs)["rule_violation"], probs[:, 1])
+
+
+def test_labelled_examples_join_training_without_repeats_or_a_training_text_and_bad_specs_are_named(tmp_path):
+    """Jigsaw's example columns: every labelled text of train.csv and test.csv once, none equal to a
+    training text (it would carry that row's label into the fold validating on it); the count that
+    came from test.csv is what the hidden test scales in the rerun's plan."""
+    import pandas as pd
+    folder = tmp_path / "c"
+    folder.mkdir()
+    pd.DataFrame({"row_id": [1, 2], "body": ["a b", "c d"], "pos": ["x y", "a b"], "neg": ["z", None],
+                  "rule_violation": [1, 0]}).to_csv(folder / "train.csv", index=False)
+    test = pd.DataFrame({"row_id": [3], "body": ["e f"], "pos": ["x y"], "neg": ["w v"]})
+    test.to_csv(folder / "test.csv", index=False)
+    pd.DataFrame({"row_id": [3], "rule_violation": [0.5]}).to_csv(folder / "sample_submission.csv", index=False)
+    data = textsets.read_competition(folder, "body", "rule_violation")
+    texts, labels, from_test = textsets.labelled_examples(data, "pos:1, neg:0")
+    assert texts == ["x y", "z", "w v"] and labels.tolist() == [1, 0, 0] and from_test == 1
+    with pytest.raises(textsets.TextDataError, match="'nope', which test.csv does not have"):
+        textsets.labelled_examples(data, "nope:1")
+    with pytest.raises(textsets.TextDataError, match="must be column:class with a class of 'rule_violation'"):
+        textsets.labelled_examples(data, "pos:yes")
 
 
 # ---- batches -----------------------------------------------------------------------------------
@@ -224,23 +328,58 @@ def _run(tmp_path, params):
 
 
 @pytest.mark.slow
-def test_an_encoder_and_a_decoder_through_the_same_notebook_beat_tfidf_on_the_built_in_task(tmp_path, models):
-    """BERT (the built-in stand-in) and a Llama given by ``model_dir`` alone: each ends in a
-    checked submission, a row per test id in the sample's columns, and beats TF-IDF + logistic
-    regression on the held-out and the test texts (whose label is word order)."""
+def test_an_encoder_and_a_decoder_s_answer_tokens_through_the_same_notebook_beat_tfidf_on_the_built_in_task(
+        tmp_path, models, monkeypatch):
+    """BERT (the built-in stand-in) and a Qwen 3 given by ``model_dir``, LoRA adapters reading its
+    answer tokens ("no"/"yes") after a prompt, on the emulated T4 x2 (two ranks, fp16 with a
+    GradScaler, the base in 16 bits): each ends in a checked submission, a row per test id in the
+    sample's columns, and beats TF-IDF + logistic regression on the held-out and the test texts
+    (whose label is word order), so the transformer (or its blend) is what is submitted."""
     import pandas as pd
-    runs = {"bert": _run(tmp_path, {}), "llama": _run(tmp_path, {"model_dir": str(models["llama"])})}
-    for arch, (out, metrics) in runs.items():
-        accuracy = metrics["accuracy"]
-        print(arch, accuracy)
-        assert accuracy["tfidf"] < 0.6 and accuracy["test_tfidf"] < 0.6  # bags of words: chance
-        assert accuracy["transformer"] > 0.85 and accuracy["test_transformer"] > 0.85, (arch, accuracy)
+    bert = _run(tmp_path, {})
+    monkeypatch.setenv("KAGGLEKIT_EMULATE", "t4x2")
+    qwen = _run(tmp_path, {"model_dir": str(models["qwen"]), "head": "answer_token", "prompt": PROMPT,
+                           "answer_tokens": "no,yes", "lora_r": 16, "lr": 1e-2})
+    for arch, (out, metrics) in {"bert": bert, "qwen": qwen}.items():
+        scores = metrics["scores"]
+        print(arch, scores)
+        assert scores["tfidf"] < 0.6 and scores["test_tfidf"] < 0.6  # bags of words: chance
+        assert scores["transformer"] > 0.85 and scores["test_transformer"] > 0.85, (arch, scores)
+        assert metrics["choice"]["model"] in ("transformer", "blend") and scores["test_submitted"] > 0.85
         submission = pd.read_csv(out / "submission.csv")
         assert list(submission.columns) == ["id", "label"] and len(submission) == 400
         assert set(submission["label"]) <= set(textsets.LABELS) and submission["id"].is_unique
         assert metrics["checkpoint"]["bytes"] > 0 and metrics["padding_share"]["grouped"] < \
             metrics["padding_share"]["random"]
-    assert runs["llama"][1]["model"]["path"] == str(models["llama"])
+    assert qwen[1]["model"]["path"] == str(models["qwen"])
+    assert qwen[1]["fit"]["world_size"] == 2 and qwen[1]["fit"]["precision"] == "fp16"
+
+
+@pytest.mark.slow
+def test_on_real_man_pages_a_model_without_pretraining_loses_to_tfidf_and_the_baseline_is_submitted(tmp_path):
+    """The case a user met: real text (the system's man pages, six sections) and no pretrained
+    model attached. The random-weight transformer loses to TF-IDF by far; the notebook says so,
+    submits the best on CV (TF-IDF or its blend, never the transformer) and the test score of
+    what it submitted is TF-IDF's."""
+    import pandas as pd
+
+    from kagglekit.readers import manpages
+    try:
+        folder = manpages.write_competition(tmp_path / "man", per_section=60)
+    except manpages.ManPagesError as err:
+        pytest.skip(f"this machine's manual is not installed: {err}")
+    out, metrics = _run(tmp_path, {"data_dir": str(folder), "target_column": "section", "epochs": 2,
+                                   "max_length": 128})
+    scores, choice = metrics["scores"], metrics["choice"]
+    print(scores, choice["reason"])
+    assert scores["tfidf"] > 0.7 and scores["transformer"] < scores["tfidf"] - 0.2
+    assert choice["model"] != "transformer" and choice["score"] == max(choice["scores"].values())
+    assert scores["test_submitted"] >= scores["test_tfidf"] - 0.02 > scores["test_transformer"]
+    assert metrics["summary"][0]["passed"] is True  # the submission's CV against the next best
+    submission = pd.read_csv(out / "submission.csv")
+    assert set(submission["section"]) <= {1, 2, 3, 5, 7, 8} and len(submission) == 72
+    executed = (out / "text_classification.ipynb").read_text()
+    assert "no pretrained model attached" in executed
 
 
 @pytest.mark.slow

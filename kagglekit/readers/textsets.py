@@ -12,11 +12,13 @@ among filler words, and the label says which came last (``ends_well`` when the g
 Both orders hold the same words, so a bag of words (TF-IDF with bigrams: the events are never
 adjacent) stays near chance, while a transformer, which sees positions, learns it from scratch.
 
-``write_standin_model``: a small model of a real architecture (BERT, Llama) created from its
-config with random weights, and a tokenizer trained on the built-in texts with ``tokenizers``,
-saved as ``save_pretrained`` writes a Kaggle Model's files (``config.json``,
-``model.safetensors``, ``tokenizer.json``), under ``<root>/<model>/transformers/<variation>/1``
-(Kaggle Models' ``<model>/<framework>/<variation>/<version>``). Only this module and
+``write_standin_model``: a small model of a real architecture (BERT; Llama and Qwen 3 as causal
+LMs, lm_head included) created from its config with random weights, and a tokenizer trained on
+the built-in texts with ``tokenizers`` that keeps the real one's special tokens and quirks (the
+decoders have no padding token; Qwen adds no <s>), saved as ``save_pretrained`` writes a Kaggle
+Model's files (``config.json``, ``model.safetensors``, ``tokenizer.json``), under
+``<root>/<model>/transformers/<variation>/3`` (Kaggle Models'
+``<model>/<framework>/<variation>/<version>``). Only this module and
 ``tasks.text`` import transformers: the other notebooks never pay for it.
 """
 from __future__ import annotations
@@ -109,6 +111,7 @@ class TextCompetition:
     labels: object  # np.ndarray of class indices, one per train row
     wants: str  # "label", "probability" (of the second class, a binary target) or "probabilities"
     files: dict  # "train" / "test": where the tables were found (what caches and checkpoints key on)
+    text_column: str = "text"
 
     def submission(self, probs):
         """The submission in the sample's columns: the class (as the data names it) of the
@@ -124,6 +127,36 @@ class TextCompetition:
             for i, name in enumerate(self.classes):
                 frame[str(name)] = probs[:, i]
         return frame
+
+
+def labelled_examples(data: TextCompetition, spec: str) -> tuple[list[str], object, int]:
+    """Texts that train.csv and test.csv label by their column, ``spec`` = "column:class,..."
+    (Jigsaw 2025: ``positive_example_1:1,negative_example_1:0``): what test-time training adds to
+    every fold's training, as (texts, class indices, how many came from test.csv). Empty cells and
+    repeats are dropped, and so is an example equal to a training text: it would carry that row's
+    label into the folds that validate on it."""
+    import numpy as np
+    texts, labels, from_test = [], [], 0
+    if not spec:
+        return texts, np.zeros(0, dtype=np.int64), 0
+    index = {str(c): i for i, c in enumerate(data.classes)}
+    seen = set(data.train[data.text_column])
+    for part in spec.split(","):
+        column, _, label = part.strip().rpartition(":")
+        if label not in index:
+            raise TextDataError(f"test_examples: {part.strip()!r} must be column:class with a class of "
+                                f"{data.target!r} ({', '.join(index)})")
+        if column not in data.test.columns:
+            raise TextDataError(f"test_examples names {column!r}, which test.csv does not have; its columns: "
+                                f"{', '.join(map(str, data.test.columns[:12]))}")
+        for frame in (data.train, data.test):
+            for text in frame[column].dropna().astype(str) if column in frame.columns else ():
+                if text.strip() and text not in seen:
+                    seen.add(text)
+                    texts.append(text)
+                    labels.append(index[label])
+                    from_test += frame is data.test
+    return texts, np.asarray(labels, dtype=np.int64), from_test
 
 
 def _table(folder: Path, name: str):
@@ -166,44 +199,56 @@ def read_competition(folder: Path | str, text_column: str, target_column: str) -
                             f"column per class ({', '.join(map(str, classes[:6]))}): its columns "
                             f"{', '.join(map(str, sample.columns))}")
     return TextCompetition(folder, train, test, sample_path, id_column, target_column, classes,
-                           labels, wants, {"train": train_path, "test": test_path})
+                           labels, wants, {"train": train_path, "test": test_path}, text_column)
 
 
 def _tokenizer(corpus: list[str], arch: str):
-    """A word-level tokenizer trained on ``corpus`` with the special tokens ``arch`` uses."""
+    """A word-level tokenizer trained on ``corpus`` with the special tokens ``arch``'s real
+    tokenizers have: BERT's [CLS] ... [SEP] and [PAD]; Llama 3's <s> before each text and no
+    padding token; Qwen's no <s> at all, <|endoftext|> as its end, and no padding token (the
+    base checkpoints ship none: ``tasks.text.load_tokenizer`` must supply one)."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
-    specials = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] if arch == "bert"
-                else ["<pad>", "<unk>", "<s>", "</s>"])
-    tok = Tokenizer(models.WordLevel(unk_token=specials[1]))
+    specials = {"bert": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], "llama": ["<unk>", "<s>", "</s>"],
+                "qwen": ["<unk>", "<|endoftext|>"]}[arch]
+    tok = Tokenizer(models.WordLevel(unk_token=specials[1] if arch == "bert" else specials[0]))
     tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=specials))
+    tok.train_from_iterator(corpus + [PROMPT_WORDS], trainers.WordLevelTrainer(special_tokens=specials))
     ids = {s: tok.token_to_id(s) for s in specials}
     if arch == "bert":
         tok.post_processor = processors.TemplateProcessing(
             single="[CLS] $A [SEP]", special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])])
         return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]",
                                        cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", ids["<s>"])])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>",
-                                   bos_token="<s>", eos_token="</s>")
+    if arch == "llama":
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", ids["<s>"])])
+        return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<|endoftext|>")
 
 
-def _config(arch: str, vocab: int, pad: int, hidden: int, layers: int):
-    from transformers import BertConfig, LlamaConfig
+# Words of a prompt and its answers (the answer-token head's), in the stand-ins' vocabulary as
+# in any real model's.
+PROMPT_WORDS = "story text : does it end well ? answer yes no . ! , section"
+
+
+def _config(arch: str, tokenizer, hidden: int, layers: int):
+    from transformers import BertConfig, LlamaConfig, Qwen3Config
+    vocab = len(tokenizer)
     if arch == "bert":
         # no dropout: a model trained from scratch in a few epochs (pretrained BERTs have 0.1)
         return BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
                           num_attention_heads=4, intermediate_size=2 * hidden,
-                          max_position_embeddings=256, pad_token_id=pad, hidden_dropout_prob=0.0,
-                          attention_probs_dropout_prob=0.0)
-    if arch == "llama":
-        return LlamaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
-                           num_attention_heads=4, num_key_value_heads=2, intermediate_size=2 * hidden,
-                           max_position_embeddings=256, pad_token_id=pad, bos_token_id=2,
-                           eos_token_id=3, tie_word_embeddings=False)
-    raise ValueError(f"stand-in architecture {arch!r}: 'bert' (an encoder) or 'llama' (a decoder)")
+                          max_position_embeddings=256, pad_token_id=tokenizer.pad_token_id,
+                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    decoder = {"vocab_size": vocab, "hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "intermediate_size": 2 * hidden, "max_position_embeddings": 256,
+               "eos_token_id": tokenizer.eos_token_id, "tie_word_embeddings": False}
+    if arch == "llama":  # no pad_token_id, as Llama 3's config
+        return LlamaConfig(**decoder, bos_token_id=tokenizer.bos_token_id)
+    if arch == "qwen":
+        return Qwen3Config(**decoder, head_dim=hidden // 4)
+    raise ValueError(f"stand-in architecture {arch!r}: 'bert' (an encoder), 'llama' or 'qwen' (decoders)")
 
 
 def write_standin_model(root: Path | str, arch: str = "bert", seed: int = 0, hidden: int = 64,
@@ -211,16 +256,18 @@ def write_standin_model(root: Path | str, arch: str = "bert", seed: int = 0, hid
     """A stand-in pretrained model in Kaggle Models' layout; returns its version folder.
     Written once per (arch, size, seed): a later call finds it."""
     import torch
-    from transformers import AutoModel
+    from transformers import AutoModel, AutoModelForCausalLM
 
     from .pretrained import quiet_transformers
     quiet_transformers()
-    folder = Path(root) / f"standin-{arch}" / "transformers" / f"h{hidden}-l{layers}-s{seed}" / "2"
+    folder = Path(root) / f"standin-{arch}" / "transformers" / f"h{hidden}-l{layers}-s{seed}" / "3"
     if (folder / "config.json").exists() and (folder / "tokenizer.json").exists():
         return folder
     tokenizer = _tokenizer(corpus or [t for t, _ in texts(4000, seed)], arch)
     torch.manual_seed(seed)
-    model = AutoModel.from_config(_config(arch, len(tokenizer), tokenizer.pad_token_id, hidden, layers))
+    config = _config(arch, tokenizer, hidden, layers)
+    # a decoder as its causal LM (with lm_head: the answer-token head reads it), as Kaggle Models hold them
+    model = (AutoModel if arch == "bert" else AutoModelForCausalLM).from_config(config)
     with atomic.atomic_folder(folder) as partial:  # a killed writer leaves no half model to load
         model.save_pretrained(partial)  # config.json, model.safetensors: what a Kaggle Model holds
         tokenizer.save_pretrained(partial)

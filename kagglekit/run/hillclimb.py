@@ -96,8 +96,10 @@ def _scores(metric, target, blend, step, weights) -> torch.Tensor:
 
 def cross_validated(oof: dict, y, fold_of, metric, **options) -> tuple[np.ndarray, list[Climb]]:
     """Honest OOF predictions of the climb: for each fold, the climb fitted on the other
-    folds' rows predicts this fold's; with the per-fold climbs."""
-    fold_of = np.asarray(fold_of)
+    folds' rows predicts this fold's; with the per-fold climbs. A single held-out fold (a
+    holdout split) has no other fold: its rows are split in two halves (alternate rows of a
+    seeded shuffle), each predicted by the climb fitted on the other."""
+    fold_of = _at_least_two(np.asarray(fold_of))
     first = np.asarray(next(iter(oof.values())))
     out, climbs = np.full(first.shape, np.nan), []
     for k in np.unique(fold_of[fold_of >= 0]):
@@ -106,3 +108,13 @@ def cross_validated(oof: dict, y, fold_of, metric, **options) -> tuple[np.ndarra
         out[held] = fitted.apply({m: np.asarray(v)[held] for m, v in oof.items()})
         climbs.append(fitted)
     return out, climbs
+
+
+def _at_least_two(fold_of: np.ndarray) -> np.ndarray:
+    folds = np.unique(fold_of[fold_of >= 0])
+    if len(folds) != 1:
+        return fold_of
+    rows = np.flatnonzero(fold_of == folds[0])
+    halves = fold_of.copy()
+    halves[np.random.default_rng(0).permutation(rows)[::2]] = folds[0] + 1
+    return halves

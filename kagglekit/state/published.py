@@ -69,3 +69,14 @@ def verify_inputs() -> list[dict]:
         print(f"published weights verified: {manifest.parent} ({len(about['files'])} files, "
               f"from {about.get('source', '?')})")
     return checked
+
+
+def published_metrics() -> dict:
+    """The metrics.json published beside the attached weights (the training run's record, e.g. the
+    model it chose to submit); {} when no publication carries one."""
+    from ..machine import env
+    for manifest in env.find_inputs(MANIFEST):
+        path = manifest.parent / "metrics.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+    return {}

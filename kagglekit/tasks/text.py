@@ -6,9 +6,11 @@ repeats, on top of transformers, peft and tokenizers (imported here only):
 - ``TokenizedTexts``: token ids per text (no padding), a batch as the dict the model's forward
   takes; ``collator`` pads each batch to its longest text (to a multiple of 8 for fp16 tensor
   cores); ``kk.make_loader(..., lengths=texts.lengths)`` groups texts of similar length;
-- ``load_classifier``: the attached model with a classification head, LoRA adapters (peft),
-  the model's own gradient checkpointing, 4-bit weights (bitsandbytes, GPU only) or its
-  layers split over the GPUs (``device_map`` with ``max_memory``);
+- ``load_classifier``: the attached model with a classification head (``head="sequence"``: a
+  new linear head on the last real token, or [CLS] for an encoder) or its own answer tokens
+  (``head="answer_token"``: ``tasks.answerhead``), LoRA adapters (peft), the frozen base in
+  fp16 beside an fp32 head and adapters, the model's own gradient checkpointing, 4-bit weights
+  (bitsandbytes, GPU only) or its layers split over the GPUs (``device_map``, ``max_memory``);
 - ``predict_proba``: texts sorted by length, batched, in the run's precision, shared by
   every rank and gathered in the texts' order.
 """
@@ -20,18 +22,30 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from ..machine import cpuhalf
 from ..machine.int8 import quantize
 from ..parallel import ranks
 from ..parallel.loaders import to_device
 from ..readers.pretrained import quiet_transformers
 from ..run import metrics
+from .answerhead import AnswerTokenClassifier
 
 
 class TokenizedTexts(Dataset):
-    """Token ids of each text, and its class when known: ``{"input_ids", "labels"}`` items."""
+    """Token ids of each text, and its class when known: ``{"input_ids", "labels"}`` items.
 
-    def __init__(self, tokenizer, texts, max_length: int, labels=None):
-        self.ids = tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
+    ``template``: each text put into a prompt (``"Post: {text}\nBreaks the rule? Answer:"``);
+    a text too long is cut inside the prompt, so its question (what the answer-token head reads
+    after) always stays whole at the end."""
+
+    def __init__(self, tokenizer, texts, max_length: int, labels=None, template: str = "{text}"):
+        if "{text}" not in template:
+            raise ValueError(f"prompt={template!r} has no {{text}}: write where the text goes, e.g. "
+                             "'Text: {text}\nAnswer:'")
+        texts = [str(t) for t in texts]
+        if template != "{text}" and texts:
+            texts = _fit_into(tokenizer, texts, template, max_length)
+        self.ids = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"] if texts else []
         self.labels = None if labels is None else [int(v) for v in labels]
 
     @property
@@ -54,9 +68,30 @@ class TokenizedTexts(Dataset):
         out.labels = None if self.labels is None else [self.labels[i] for i in rows]
         return out
 
+    def joined(self, other: TokenizedTexts) -> TokenizedTexts:
+        """These texts, then ``other``'s (labelled examples added to a fold's training)."""
+        if len(other) and (self.labels is None) != (other.labels is None):
+            raise ValueError("joined: labelled and unlabelled texts cannot train together")
+        out = self.subset(range(len(self)))
+        out.ids = out.ids + other.ids
+        out.labels = None if out.labels is None else out.labels + list(other.labels or [])
+        return out
+
     def truncated(self, max_length: int) -> int:
         """Texts cut at ``max_length`` tokens."""
         return sum(n >= max_length for n in self.lengths)
+
+
+def _fit_into(tokenizer, texts: list[str], template: str, max_length: int) -> list[str]:
+    """``template`` around each text, the text cut to the tokens the prompt leaves free."""
+    frame = len(tokenizer(template.replace("{text}", ""))["input_ids"])
+    room = max_length - frame
+    if room < 1:
+        raise ValueError(f"prompt takes {frame} of max_length={max_length} tokens: no room for the text; "
+                         "raise max_length or shorten the prompt")
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    cut = [t if len(i) <= room else tokenizer.decode(i[:room]) for t, i in zip(texts, ids)]
+    return [template.replace("{text}", t) for t in cut]
 
 
 def collator(tokenizer):
@@ -113,20 +148,29 @@ def load_tokenizer(model_dir):
     return tokenizer
 
 
-def load_classifier(model_dir, num_labels: int, *, lora_r: int = 0, lora_alpha: int = 0,
-                    lora_dropout: float = 0.05, load_in_4bit: bool = False,
-                    gradient_checkpointing: bool = False, placement: str = "ddp",
-                    max_memory_gb: float = 14.0, device=None):
-    """``(model, tokenizer)``: the attached model with a fresh classification head.
+def load_classifier(model_dir, num_labels: int, *, head: str = "sequence", answer_ids: list[int] | None = None,
+                    lora_r: int = 0, lora_alpha: int = 0, lora_dropout: float = 0.05, load_in_4bit: bool = False,
+                    gradient_checkpointing: bool = False, placement: str = "ddp", max_memory_gb: float = 14.0,
+                    device=None, precision=None):
+    """``(model, tokenizer)``: the attached model as a classifier of ``num_labels`` classes.
 
-    lora_r: 0 trains every weight; else LoRA adapters of rank ``lora_r`` on every linear
-        layer (peft), the head trained whole. load_in_4bit: the frozen base in 4-bit NF4
-        (QLoRA; GPU only). placement: "ddp" (the model on ``device``, one copy per rank) or
-        "split" (its layers over every GPU with ``max_memory_gb`` each: one process).
+    head: "sequence" (a fresh linear head on the last real token; an encoder's on [CLS]) or
+        "answer_token" (the causal LM's logits of ``answer_ids``, one token per class:
+        ``tasks.answerhead``). lora_r: 0 trains every weight; else LoRA adapters of rank
+        ``lora_r`` on every linear layer (peft), the sequence head trained whole. The frozen
+        base sits in the run's 16-bit type (``precision``: fp16 on a T4) while what trains stays
+        fp32, as a GradScaler needs. load_in_4bit: the base in 4-bit NF4 (QLoRA; GPU only).
+        placement: "ddp" (the model on ``device``, one copy per rank) or "split" (its layers over
+        every GPU with ``max_memory_gb`` each: one process).
     """
-    from transformers import AutoModelForSequenceClassification
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+    if head not in ("sequence", "answer_token"):
+        raise ValueError(f"head={head!r}: 'sequence' (a classification head) or 'answer_token' (the causal "
+                         "LM's logits of one answer token per class)")
     tokenizer = load_tokenizer(model_dir)
-    kwargs = {"num_labels": num_labels, "dtype": torch.float32}
+    kwargs = {"dtype": frozen_dtype(lora_r, precision, device)}
+    if head == "sequence":
+        kwargs["num_labels"] = num_labels
     if load_in_4bit:
         from transformers import BitsAndBytesConfig
         kwargs["quantization_config"] = BitsAndBytesConfig(
@@ -137,18 +181,52 @@ def load_classifier(model_dir, num_labels: int, *, lora_r: int = 0, lora_alpha: 
         kwargs["max_memory"] = {i: f"{max_memory_gb}GiB" for i in range(torch.cuda.device_count())}
     elif load_in_4bit:
         kwargs["device_map"] = {"": torch.device(device).index or 0}
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, **kwargs)
-    model.config.pad_token_id = tokenizer.pad_token_id
+    auto = AutoModelForSequenceClassification if head == "sequence" else AutoModelForCausalLM
+    model = auto.from_pretrained(model_dir, **kwargs)
+    model.config.pad_token_id = tokenizer.pad_token_id  # the sequence head's last real token: not padding
     if gradient_checkpointing:  # non-reentrant: works under DDP and with frozen inputs
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=NON_REENTRANT)
     if load_in_4bit:
         model = prepare_quantized(model, gradient_checkpointing)
     if lora_r:
         from peft import LoraConfig, TaskType, get_peft_model
+        task = TaskType.SEQ_CLS if head == "sequence" else TaskType.CAUSAL_LM
         model = get_peft_model(model, LoraConfig(
-            task_type=TaskType.SEQ_CLS, r=lora_r, lora_alpha=lora_alpha or 2 * lora_r,
+            task_type=task, r=lora_r, lora_alpha=lora_alpha or 2 * lora_r,
             lora_dropout=lora_dropout, target_modules="all-linear"))
+    _trained_in_fp32(model)
+    if head == "answer_token":
+        if not answer_ids or len(answer_ids) != num_labels:
+            raise ValueError(f"head='answer_token' needs one answer token per class ({num_labels}): "
+                             "answerhead.answer_token_ids(tokenizer, classes, answer_tokens)")
+        model = AnswerTokenClassifier(model, answer_ids)
     return model, tokenizer
+
+
+def _trained_in_fp32(model) -> None:
+    """Adapters and head in fp32 (peft copies the head in the base's 16-bit type). A head whose
+    weights were cast up casts its input up too: without autocast (a run that fell back to fp32)
+    the half base's hidden states would meet an fp32 weight and fail."""
+    for module in model.modules():
+        cast = [p for p in module.parameters(recurse=False) if p.requires_grad and p.dtype != torch.float32]
+        for p in cast:
+            p.data = p.data.float()
+        if cast and isinstance(module, torch.nn.Linear):
+            module.register_forward_pre_hook(_inputs_in_fp32)
+
+
+def _inputs_in_fp32(module, args):
+    return tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+
+
+def frozen_dtype(lora_r: int, precision=None, device=None) -> torch.dtype:
+    """The base's type: fp32 when every weight trains (a GradScaler unscales fp32 gradients only)
+    or the run computes in fp32; with LoRA the run's 16-bit type, half the memory (a 7B base:
+    14 GB instead of 28); on an emulated T4 the CPU's bf16, the type its autocast computes in."""
+    half = getattr(precision, "dtype", None)
+    if not lora_r or half is None:
+        return torch.float32
+    return cpuhalf.KERNELS if device is not None and torch.device(device).type == "cpu" else half
 
 
 NON_REENTRANT = {"use_reentrant": False}
@@ -192,7 +270,8 @@ def predict_proba(model, texts: TokenizedTexts, collate, batch_size: int, device
             logits = model(**batch).logits
         probs.append(torch.softmax(logits.float(), dim=-1).double())
         rows.append(torch.as_tensor(idx.copy(), device=device))
-    width = ranks.unwrap(model).config.num_labels
+    bare = ranks.unwrap(model)
+    width = getattr(bare, "num_labels", None) or bare.config.num_labels
     p = torch.cat(probs) if probs else torch.zeros((0, width), dtype=torch.float64, device=device)
     r = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long, device=device)
     p, r = metrics.gather(p, r)

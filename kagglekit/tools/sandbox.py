@@ -202,12 +202,16 @@ def _chain_of(output: Path | None) -> dict:
 
 
 def rerun_verdict(metrics: dict, root: Path) -> tuple[bool, str]:
-    """Kaggle's scoring rerun trains nothing, predicts no validation volume and decodes no
-    label: it reads the hidden test set only, and its submission holds every hidden id."""
+    """Kaggle's scoring rerun trains nothing but what the submitted version planned (test-time
+    training: its ``rerun_plan``), predicts no validation volume and decodes no label: it reads
+    the hidden test set only, and its submission holds every hidden id."""
     chain = metrics.get("chain", {})
-    trained = [label for label, did in chain.items() if did in ("trained", "resumed", "computed")]
+    planned = {f"cache:{u['name']}" for u in _submitted_plan(root).get("units", [])}
+    trained = [label for label, did in chain.items() if did in ("trained", "resumed", "computed")
+               and label not in planned and not (planned and label == "fit")]
     if trained:
         return False, f"FAILED: the scoring rerun trained: {', '.join(trained)}"
+    within = sorted(label for label in planned if chain.get(label) == "computed")
     if metrics.get("predicted", {}).get("val") or (root / "working" / "predictions" / "val").exists():
         return False, "FAILED: the scoring rerun predicted validation volumes"
     test_ids = set(metrics.get("submission", {}).get("test_ids") or [])
@@ -218,7 +222,15 @@ def rerun_verdict(metrics: dict, root: Path) -> tuple[bool, str]:
         return False, "FAILED: the scoring rerun wrote no submission"
     predicted = len(test_ids) or metrics.get("submission", {}).get("rows", 0)
     volumes = f", {len(decoded)} volumes decoded, all of them test volumes" if decoded else ""
-    return True, f"ok (scoring rerun: {predicted} hidden test rows predicted, nothing trained{volumes})"
+    trained_text = f"trained {', '.join(within)} as planned" if within else "nothing trained"
+    return True, f"ok (scoring rerun: {predicted} hidden test rows predicted, {trained_text}{volumes})"
+
+
+def _submitted_plan(root: Path) -> dict:
+    """The rerun plan the version's own output recorded (mounted under input/notebooks/)."""
+    for found in sorted((root / "input" / "notebooks").glob(f"{OWNER}/*/metrics.json")):
+        return json.loads(found.read_text()).get("rerun_plan") or {}
+    return {}
 
 
 def _sources(meta: dict, bench: Bench, hidden: bool = False) -> dict:

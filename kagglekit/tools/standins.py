@@ -203,11 +203,13 @@ def community_rules(folder: Path, hidden: bool = False, rows: int = 480, test: i
 
     - ``train.csv``: ``row_id,body,rule,subreddit,positive_example_1,positive_example_2,
       negative_example_1,negative_example_2,rule_violation``: Reddit comments (``body``), the
-      rule each is judged against, two example comments that break it and two that do not, the
-      0/1 label; only two rules (``RULES``, about half the rows each) over many subreddits;
+      rule each is judged against, two example comments that break it (label 1 in the built-in
+      task) and two that do not (label 0), the 0/1 label; only two rules (``RULES``, about half
+      the rows each) over many subreddits;
     - ``test.csv``: the same without ``rule_violation``, and rules train never had
       (``UNSEEN_RULES``: the competition's point is to generalise to them); the scoring rerun's
-      hidden test set is larger than the public one (the notebook's test rows are never fixed);
+      hidden test set is larger than the public one (the notebook's test rows are never fixed),
+      and its example comments are other comments (what test-time training learns from);
     - ``sample_submission.csv``: ``row_id,rule_violation`` with fractional values: the metric
       is a column-averaged AUC, so the submission holds probabilities, not labels.
 
@@ -224,8 +226,9 @@ def community_rules(folder: Path, hidden: bool = False, rows: int = 480, test: i
     frame = pd.DataFrame({"row_id": np.arange(rows + test), "body": [t for t, _ in made], "rule": rules,
                           "subreddit": [subreddits[i % len(subreddits)] for i in range(rows + test)],
                           "rule_violation": [y for _, y in made]})
-    for i, kind in ((1, "positive"), (2, "positive"), (1, "negative"), (2, "negative")):
-        frame[f"{kind}_example_{i}"] = [t for t, _ in texts(rows + test, seed=20 + i + (kind == "negative"))]
+    for i, kind in ((1, "positive"), (2, "positive"), (1, "negative"), (2, "negative")):  # they break it, or not
+        pool = texts(3 * (rows + test), seed=20 + i + 2 * (kind == "negative"))  # train.csv as public
+        frame[f"{kind}_example_{i}"] = [t for t, y in pool if y == (kind == "positive")][:rows + test]
     columns = ["row_id", "body", "rule", "subreddit", "positive_example_1", "positive_example_2",
                "negative_example_1", "negative_example_2", "rule_violation"]
     folder = Path(folder)

@@ -3,11 +3,14 @@ the submissions of a kernel with their public scores, read back.
 
 A code competition (``code_competition: true``, Vesuvius) scores a kernel version: Kaggle
 reruns it on the hidden test set, so the version must not have trained (the rerun would train
-again). A file competition (Store Sales) scores the file: it is downloaded from the version's
-output, checked, and uploaded. Either way the version must be COMPLETE and its file valid: a zip
-of masks against the test ids its metrics.json lists; a CSV against the competition's
-``sample_submission.csv`` when ``make data`` fetched it, else the format its metrics.json
-records. Descriptions start with ``<slug> v<N>:``, which is how ``make score`` finds them.
+again), unless it plans to: a version whose metrics.json carries a ``rerun_plan`` (test-time
+training, ``run.rerunplan``) is accepted when the plan fits the rerun's limit and refused,
+naming the unit past it, when it does not. A file competition (Store Sales) scores the file:
+it is downloaded from the version's output, checked, and uploaded. Either way the version must
+be COMPLETE and its file valid: a zip of masks against the test ids its metrics.json lists; a
+CSV against the competition's ``sample_submission.csv`` when ``make data`` fetched it, else the
+format its metrics.json records. Descriptions start with ``<slug> v<N>:``, which is how
+``make score`` finds them.
 """
 from __future__ import annotations
 
@@ -47,6 +50,10 @@ def submit(name: str, message: str, output_root: str) -> int:
     if problem:
         print(f"refused: version {version} of {kernel}: {problem}", file=sys.stderr)
         return 1
+    planned = json.loads((dest / "metrics.json").read_text()).get("rerun_plan") or {}
+    if code and planned.get("units"):
+        from ...run import rerunplan
+        print(rerunplan.describe(planned))
     described = f"{meta['slug']} v{version}: {message}"
     if code:
         answer = kaggle_cli.submit_code(competition, kernel, version, file.name, described)
@@ -66,7 +73,13 @@ def submission_problem(folder: Path, code: bool = True, competition: str = "") -
     if not file.exists():
         return None, f"its output has no {file.name}"
     training = sorted(label for label, did in metrics.get("chain", {}).items() if did in ("trained", "resumed"))
-    if code and training:
+    planned = metrics.get("rerun_plan") or {}
+    if code and planned.get("units"):  # it trains in the rerun by design (test-time training): does it fit?
+        from ...run import rerunplan
+        trouble = rerunplan.problem(planned)
+        if trouble:
+            return file, trouble
+    elif code and training:
         return file, (f"it trained ({', '.join(training)}): Kaggle's rerun on the hidden test set would "
                       "train again. Push once more (that version finds the finished training and only "
                       "predicts), then submit it")
