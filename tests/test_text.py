@@ -383,6 +383,28 @@ def test_on_real_man_pages_a_model_without_pretraining_loses_to_tfidf_and_the_ba
 
 
 @pytest.mark.slow
+def test_a_scoring_rerun_whose_folds_do_not_fit_its_time_still_submits_the_baseline(tmp_path, monkeypatch):
+    """Test-time training in Kaggle's rerun on a machine slower than planned: the first fold's fit
+    is cut at the deadline (with a checkpoint) and left, and the notebook submits TF-IDF +
+    logistic regression for every hidden row instead of nothing."""
+    import pandas as pd
+
+    from kagglekit.tools import standins
+    folder = standins.community_rules(tmp_path / "jigsaw", hidden=True)
+    monkeypatch.setenv("KAGGLE_IS_COMPETITION_RERUN", "True")
+    out, metrics = _run(tmp_path, {"data_dir": str(folder), "text_column": "body", "target_column": "rule_violation",
+                                   "metric": "auc", "test_examples": "positive_example_1:1,negative_example_1:0",
+                                   "folds": 2, "epochs": 50, "time_budget_s": 12})
+    assert metrics["chain"]["cache:text-fold0"] == "pending" and metrics["cv_text"]["done"] == []
+    assert "choice" not in metrics
+    submission = pd.read_csv(out / "submission.csv")
+    assert len(submission) == 192 and submission["rule_violation"].between(0, 1).all()
+    assert submission["rule_violation"].nunique() > 1  # TF-IDF's probabilities, not a constant
+    assert metrics["summary"][0]["result"] == "test texts predicted (tfidf)" and metrics["summary"][0]["passed"]
+    assert "submitting TF-IDF + logistic regression" in (out / "text_classification.ipynb").read_text()
+
+
+@pytest.mark.slow
 def test_a_new_test_csv_is_predicted_again_from_the_finished_adapters_without_training(tmp_path, models):
     """A competition's data updated between versions: test.csv changes, train.csv does not. The
     fold's unit is keyed by train.csv only: it is a hit, trains no step, and its finished adapters

@@ -205,6 +205,7 @@ class CrossValidation:
                        "no CV score until every fold is done")
             self.context.log(**{f"cv_{self.name}": {"folds": count, "done": done, "pending": pending}})
             self.context.chain.update({f"cache:{self.name}-fold{k}": "pending" for k in pending})
+            self.context.log(chain=self.context.chain)  # also when no fold was computed this session
             print(f"kagglekit folds: {self.name}: {message}")
             return CVResult(False, done, pending, message)
         oof, test = self._assemble(results)

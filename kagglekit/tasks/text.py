@@ -164,23 +164,9 @@ def load_classifier(model_dir, num_labels: int, *, head: str = "sequence", answe
         every GPU with ``max_memory_gb`` each: one process).
     """
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-    if head not in ("sequence", "answer_token"):
-        raise ValueError(f"head={head!r}: 'sequence' (a classification head) or 'answer_token' (the causal "
-                         "LM's logits of one answer token per class)")
+    _refuse_head(head, answer_ids, num_labels)  # before any weight loads
     tokenizer = load_tokenizer(model_dir)
-    kwargs = {"dtype": frozen_dtype(lora_r, precision, device)}
-    if head == "sequence":
-        kwargs["num_labels"] = num_labels
-    if load_in_4bit:
-        from transformers import BitsAndBytesConfig
-        kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=torch.float16)  # a T4 has no fast bf16
-    if placement == "split":
-        kwargs["device_map"] = "auto"
-        kwargs["max_memory"] = {i: f"{max_memory_gb}GiB" for i in range(torch.cuda.device_count())}
-    elif load_in_4bit:
-        kwargs["device_map"] = {"": torch.device(device).index or 0}
+    kwargs = _loading(head, num_labels, lora_r, load_in_4bit, placement, max_memory_gb, device, precision)
     auto = AutoModelForSequenceClassification if head == "sequence" else AutoModelForCausalLM
     model = auto.from_pretrained(model_dir, **kwargs)
     model.config.pad_token_id = tokenizer.pad_token_id  # the sequence head's last real token: not padding
@@ -195,12 +181,35 @@ def load_classifier(model_dir, num_labels: int, *, head: str = "sequence", answe
             task_type=task, r=lora_r, lora_alpha=lora_alpha or 2 * lora_r,
             lora_dropout=lora_dropout, target_modules="all-linear"))
     _trained_in_fp32(model)
-    if head == "answer_token":
-        if not answer_ids or len(answer_ids) != num_labels:
-            raise ValueError(f"head='answer_token' needs one answer token per class ({num_labels}): "
-                             "answerhead.answer_token_ids(tokenizer, classes, answer_tokens)")
-        model = AnswerTokenClassifier(model, answer_ids)
-    return model, tokenizer
+    return (AnswerTokenClassifier(model, answer_ids) if head == "answer_token" else model), tokenizer
+
+
+def _refuse_head(head: str, answer_ids, num_labels: int) -> None:
+    if head not in ("sequence", "answer_token"):
+        raise ValueError(f"head={head!r}: 'sequence' (a classification head) or 'answer_token' (the causal "
+                         "LM's logits of one answer token per class)")
+    if head == "answer_token" and (not answer_ids or len(answer_ids) != num_labels):
+        raise ValueError(f"head='answer_token' needs one answer token per class ({num_labels}): "
+                         "answerhead.answer_token_ids(tokenizer, classes, answer_tokens)")
+
+
+def _loading(head: str, num_labels: int, lora_r: int, load_in_4bit: bool, placement: str, max_memory_gb: float,
+             device, precision) -> dict:
+    """``from_pretrained``'s arguments: the base's type, the head's width, 4-bit and placement."""
+    kwargs = {"dtype": frozen_dtype(lora_r, precision, device)}
+    if head == "sequence":
+        kwargs["num_labels"] = num_labels
+    if load_in_4bit:
+        from transformers import BitsAndBytesConfig
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.float16)  # a T4 has no fast bf16
+    if placement == "split":
+        kwargs["device_map"] = "auto"
+        kwargs["max_memory"] = {i: f"{max_memory_gb}GiB" for i in range(torch.cuda.device_count())}
+    elif load_in_4bit:
+        kwargs["device_map"] = {"": torch.device(device).index or 0}
+    return kwargs
 
 
 def _trained_in_fp32(model) -> None:

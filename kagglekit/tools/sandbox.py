@@ -238,11 +238,11 @@ def _sources(meta: dict, bench: Bench, hidden: bool = False) -> dict:
     return mounts(meta, bench.work, bench.data, hidden, OWNER)
 
 
-def _versions(name: str, meta: dict, notebook: Path, bench: Bench, cap: int) -> list[Outcome]:
-    """Versions 1 to 3 of one notebook, each mounting the previous one's output; then, for a
-    competition kernel, Kaggle's scoring rerun of version 3 on the hidden test set."""
+def _versions(name: str, meta: dict, notebook: Path, bench: Bench, cap: int, versions: int = VERSIONS) -> list[Outcome]:
+    """Versions 1 to ``versions`` (3) of one notebook, each mounting the previous one's output;
+    then, for a competition kernel, Kaggle's scoring rerun of the last on the hidden test set."""
     plan = [Version(n, bench.work / name / f"v{n}", None, _sources(meta, bench))
-            for n in range(1, VERSIONS + 1)]
+            for n in range(1, versions + 1)]
     if meta.get("code_competition"):  # Kaggle reruns a code competition's notebook to score it
         plan.append(Version("rerun", bench.work / name / "rerun", None, _sources(meta, bench, True), True))
     outcomes, previous = [], None
@@ -287,14 +287,15 @@ def prepare(work: Path, names: list[str], jobs: int = 1, data: Path | None = Non
                  threads, Path(data) if data is not None else None)
 
 
-def run_notebook(name: str, bench: Bench, cap: int = CAP) -> list[Outcome]:
-    """``name`` built exactly as ``make push`` builds it, then its three versions."""
+def run_notebook(name: str, bench: Bench, cap: int = CAP, versions: int = VERSIONS) -> list[Outcome]:
+    """``name`` built exactly as ``make push`` builds it, then its three versions (``versions``:
+    fewer for a second kernel of a notebook whose chain already ran, e.g. an inference kernel)."""
     from .publish import build as build_mod, metadata
     meta = metadata.load(Path("kernel-metadata") / f"{name}.json")
     with _BUILDING:  # one build at a time: they share the build folder and git's index
         built = build_mod.build(name, out_root=bench.work / "build", wheel=bench.kit_wheel, owner=OWNER,
                                 overrides=meta.get("sandbox"))
-    return _versions(name, meta, built / f"{meta['slug']}.ipynb", bench, cap)
+    return _versions(name, meta, built / f"{meta['slug']}.ipynb", bench, cap, versions)
 
 
 def sandbox(names: list[str], cap: int = CAP, keep: Path | None = None, jobs: int = 1,
