@@ -109,9 +109,10 @@ def _decoder(models, arch, head, **options):
 
 @pytest.mark.parametrize("arch", ["llama", "qwen"])
 @pytest.mark.parametrize("head", ["sequence", "answer_token"])
-def test_a_decoder_without_a_padding_token_classifies_a_padded_batch_as_each_text_alone(models, arch, head):
+def test_a_decoder_without_a_padding_token_classifies_a_padded_batch_as_each_text_alone(models, arch, head, capsys):
     """Llama 3 and Qwen ship no padding token: one is supplied, and the class is read at the last
-    real token whether the batch is padded on the right or on the left (LoRA on, batches of 3)."""
+    real token whether the batch is padded on the right or on the left (LoRA on, batches of 3);
+    batched scoring gives the same probabilities and says first how long it will take at most."""
     model, tokenizer = _decoder(models, arch, head)
     model.eval()
     texts = kk.text.TokenizedTexts(tokenizer, ["calm lokami storm", "storm calm", "mikalo ruto calm storm vivi sapa"],
@@ -125,6 +126,9 @@ def test_a_decoder_without_a_padding_token_classifies_a_padded_batch_as_each_tex
             assert (batch["attention_mask"] == 0).any()  # padded
             torch.testing.assert_close(model(**batch).logits, alone, atol=1e-5, rtol=1e-4)
     assert alone.shape == (3, 2)
+    scored = kk.text.predict_proba(model, texts, kk.text.collator(tokenizer), 2, torch.device("cpu"), announce="test")
+    np.testing.assert_allclose(scored, torch.softmax(alone.double(), -1).numpy(), atol=1e-5)
+    assert "test: 2 batches on each of 1 rank(s), at most" in capsys.readouterr().out
     trained = [n for n, p in model.named_parameters() if p.requires_grad]
     head_weights = [n for n in trained if "lora_" not in n]  # the sequence head trains whole; answer tokens add none
     assert (head_weights == []) == (head == "answer_token")
@@ -149,6 +153,17 @@ def test_the_frozen_base_sits_in_16_bits_and_what_trains_in_fp32_even_after_a_fa
     scaler.update()
     model(**batch).loss.backward()  # fp32, no autocast
     assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("head", ["sequence", "answer_token"])
+def test_an_int8_copy_of_either_head_predicts_what_fp32_predicts(models, head):
+    """The CPU rerun's int8 prediction (adapters merged, linear layers int8) of a decoder: the
+    answer-token head reads its class columns from the packed output layer too."""
+    model, tokenizer = _decoder(models, "qwen", head)
+    texts = kk.text.TokenizedTexts(tokenizer, ["calm lokami storm", "storm calm", "vivi calm sapa storm"], 32)
+    collate, cpu = kk.text.collator(tokenizer), torch.device("cpu")
+    exact = kk.text.predict_proba(model, texts, collate, 2, cpu)
+    np.testing.assert_allclose(kk.text.predict_proba(model, texts, collate, 2, cpu, int8=True), exact, atol=0.01)
 
 
 def test_answer_tokens_that_cannot_tell_the_classes_apart_are_refused_by_name(models):

@@ -1,6 +1,8 @@
-"""The LoRA fine-tune of the text pipeline on its stand-in decoder, fp16 with the GradScaler (as on
-a T4): no "Attempting to unscale FP16 gradients" (the adapters train in fp32); then a NaN loss
-injected: the fit rolls back and goes on in fp32."""
+"""The LoRA fine-tune of the text pipeline on its stand-in decoder, with either head (a new one, or
+its answer tokens), the frozen base in fp16 and fp16 with the GradScaler (as on a T4): no
+"Attempting to unscale FP16 gradients" (adapters and head train in fp32); then a NaN loss
+injected: the fit rolls back and goes on in fp32, the fp16 base's hidden states still meeting the
+fp32 head."""
 from __future__ import annotations
 
 import os
@@ -12,13 +14,16 @@ from common import card, main
 os.environ["KAGGLEKIT_AS"] = "t4"
 
 
-def _fit(model_dir, nan_at: int | None):
+def _fit(model_dir, nan_at: int | None, head: str = "sequence"):
     import torch
 
     import kagglekit as kk
     from kagglekit.readers import textsets
     torch.manual_seed(0)
-    model, tokenizer = kk.text.load_classifier(model_dir, 2, lora_r=8, device=card())
+    answers = kk.answerhead.answer_token_ids(kk.text.load_tokenizer(model_dir), [0, 1], "no,yes")
+    model, tokenizer = kk.text.load_classifier(model_dir, 2, head=head, answer_ids=answers, lora_r=8, device=card(),
+                                               precision=kk.precision.resolve("auto", card()))
+    model.to(card())
     rows = textsets.texts(256, seed=0)
     texts = kk.text.TokenizedTexts(tokenizer, [t for t, _ in rows], 64, [y % 2 for _, y in rows])
     loader = kk.make_loader(texts, 16, num_workers=0, collate_fn=kk.text.collator(tokenizer), device=card())
@@ -38,16 +43,20 @@ def check():
     import torch  # noqa: F401
 
     from kagglekit.readers import textsets
+    facts, ok = {}, True
     with tempfile.TemporaryDirectory(prefix="gpu-check-lora-") as root:
         model_dir = textsets.write_standin_model(root, "llama")
-        with warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always")
-            clean = _fit(model_dir, None)
-        unscale = [str(w.message) for w in seen if "unscale FP16" in str(w.message)]
-        fallen = _fit(model_dir, nan_at=5)
-    facts = {"precision": clean.precision, "unscale_warnings": unscale, "nan_run_precision": fallen.precision,
-             "precision_events": fallen.precision_events, "steps": [clean.steps, fallen.steps]}
-    ok = clean.precision == "fp16" and not unscale and fallen.precision == "fp32" and fallen.precision_events
+        for head in ("sequence", "answer_token"):
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                clean = _fit(model_dir, None, head)
+            unscale = [str(w.message) for w in seen if "unscale FP16" in str(w.message)]
+            fallen = _fit(model_dir, 5, head)
+            facts[head] = {"precision": clean.precision, "unscale_warnings": unscale,
+                           "nan_run_precision": fallen.precision, "precision_events": fallen.precision_events,
+                           "steps": [clean.steps, fallen.steps]}
+            ok = ok and clean.precision == "fp16" and not unscale and fallen.precision == "fp32" \
+                and bool(fallen.precision_events)
     return bool(ok), facts
 
 

@@ -80,7 +80,10 @@ class AnswerTokenClassifier(nn.Module):
         state = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
         out = lm.get_output_embeddings()
         rows = torch.as_tensor(self.token_ids, device=state.device)
-        logits = nn.functional.linear(state, out.weight[rows], None if out.bias is None else out.bias[rows])
+        if isinstance(getattr(out, "weight", None), torch.Tensor):  # the class rows only
+            logits = nn.functional.linear(state, out.weight[rows], None if out.bias is None else out.bias[rows])
+        else:  # an int8 copy (machine.int8) packs its weight: the whole layer, then the class columns
+            logits = out(state)[:, rows]
         loss = None if labels is None else nn.functional.cross_entropy(logits.float(), labels)
         return SequenceClassifierOutput(loss=loss, logits=logits)
 

@@ -17,6 +17,7 @@ repeats, on top of transformers, peft and tokenizers (imported here only):
 from __future__ import annotations
 
 import importlib.util
+import time
 
 import numpy as np
 import torch
@@ -260,25 +261,29 @@ def parameter_counts(model) -> dict:
 
 @torch.no_grad()
 def predict_proba(model, texts: TokenizedTexts, collate, batch_size: int, device, autocast=None,
-                  rank: int = 0, world: int = 1, limit_batches: int | None = None, int8: bool = False) -> np.ndarray:
+                  rank: int = 0, world: int = 1, limit_batches: int | None = None, int8: bool = False,
+                  announce: str = "") -> np.ndarray:
     """Class probabilities of every text (float64, in the texts' order) on every rank.
 
     Texts sorted by length (each batch pads little), rank r of w takes every w-th batch, in
     ``autocast`` (the run's precision); the ranks' rows gathered by their index. ``int8``: an
-    int8 copy predicts (CPU only, adapters merged first: ``machine.int8``)."""
+    int8 copy predicts (CPU only, adapters merged first: ``machine.int8``). ``announce``: rank 0
+    prints, after the first (longest) batch, how long the whole will take at most."""
     if int8:
         model, autocast = quantize(ranks.unwrap(model), device), None
     model.eval()
     order = np.argsort(texts.lengths, kind="stable")[::-1]
     batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)][rank::world]
     batches = batches[:limit_batches]  # the sandbox's work cap (rows beyond stay 0)
-    rows, probs = [], []
+    rows, probs, started = [], [], time.monotonic()
     for idx in batches:
         batch = to_device(collate([{"input_ids": texts.ids[i]} for i in idx]), device)
         with autocast or torch.autocast(device.type, enabled=False):
             logits = model(**batch).logits
         probs.append(torch.softmax(logits.float(), dim=-1).double())
         rows.append(torch.as_tensor(idx.copy(), device=device))
+        if announce and rank == 0 and len(probs) == 1:
+            _estimate(announce, probs[0], time.monotonic() - started, len(batches), world)
     bare = ranks.unwrap(model)
     width = getattr(bare, "num_labels", None) or bare.config.num_labels
     p = torch.cat(probs) if probs else torch.zeros((0, width), dtype=torch.float64, device=device)
@@ -287,3 +292,11 @@ def predict_proba(model, texts: TokenizedTexts, collate, batch_size: int, device
     out = np.zeros((len(texts), width))
     out[r.cpu().numpy()] = p.cpu().numpy()
     return out
+
+
+def _estimate(what: str, first: torch.Tensor, seconds: float, batches: int, world: int) -> None:
+    """The scoring's time at most: its first batch is the longest (texts sorted by length)."""
+    if first.is_cuda:
+        torch.cuda.synchronize(first.device)
+    print(f"{what}: {batches} batches on each of {world} rank(s), at most {seconds * batches:.0f} s "
+          f"(the longest took {seconds:.2f} s)", flush=True)
