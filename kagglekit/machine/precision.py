@@ -36,6 +36,14 @@ class Precision:
         return _DTYPES.get(self.name)
 
     @property
+    def compute_dtype(self) -> torch.dtype | None:
+        """The type ``autocast`` computes in: the emulated T4's fp16 runs the CPU's bf16 kernels."""
+        if (self.device_type, self.name) == ("cpu", "fp16"):
+            from .cpuhalf import KERNELS
+            return KERNELS
+        return self.dtype
+
+    @property
     def needs_scaler(self) -> bool:
         # fp16 has too little range for small gradients; bf16 has fp32's range.
         return self.name == "fp16"

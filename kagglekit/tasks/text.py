@@ -23,7 +23,6 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..machine import cpuhalf
 from ..machine.int8 import quantize
 from ..parallel import ranks
 from ..parallel.loaders import to_device
@@ -197,7 +196,7 @@ def _refuse_head(head: str, answer_ids, num_labels: int) -> None:
 def _loading(head: str, num_labels: int, lora_r: int, load_in_4bit: bool, placement: str, max_memory_gb: float,
              device, precision) -> dict:
     """``from_pretrained``'s arguments: the base's type, the head's width, 4-bit and placement."""
-    kwargs = {"dtype": frozen_dtype(lora_r, precision, device)}
+    kwargs = {"dtype": frozen_dtype(lora_r, precision)}
     if head == "sequence":
         kwargs["num_labels"] = num_labels
     if load_in_4bit:
@@ -229,14 +228,12 @@ def _inputs_in_fp32(module, args):
     return tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
 
 
-def frozen_dtype(lora_r: int, precision=None, device=None) -> torch.dtype:
+def frozen_dtype(lora_r: int, precision=None) -> torch.dtype:
     """The base's type: fp32 when every weight trains (a GradScaler unscales fp32 gradients only)
-    or the run computes in fp32; with LoRA the run's 16-bit type, half the memory (a 7B base:
-    14 GB instead of 28); on an emulated T4 the CPU's bf16, the type its autocast computes in."""
-    half = getattr(precision, "dtype", None)
-    if not lora_r or half is None:
-        return torch.float32
-    return cpuhalf.KERNELS if device is not None and torch.device(device).type == "cpu" else half
+    or the run computes in fp32; with LoRA the type the run's autocast computes in, half the
+    memory (a 7B base: 14 GB instead of 28; on an emulated T4 the CPU's bf16)."""
+    half = getattr(precision, "compute_dtype", None)
+    return half if lora_r and half is not None else torch.float32
 
 
 NON_REENTRANT = {"use_reentrant": False}
