@@ -63,6 +63,7 @@ class AnswerTokenClassifier(nn.Module):
         self.lm = lm
         self.token_ids = list(token_ids)  # a list, not a buffer: checkpoints hold what trains only
         self.num_labels = len(token_ids)
+        self._rows: torch.Tensor | None = None  # the ids on the model's device, made once
 
     @property
     def config(self):
@@ -79,7 +80,9 @@ class AnswerTokenClassifier(nn.Module):
         last = (torch.arange(attention_mask.shape[1], device=attention_mask.device) * attention_mask).argmax(-1)
         state = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
         out = lm.get_output_embeddings()
-        rows = torch.as_tensor(self.token_ids, device=state.device)
+        if self._rows is None or self._rows.device != state.device:  # not a copy to the GPU every step
+            self._rows = torch.as_tensor(self.token_ids, device=state.device)
+        rows = self._rows
         if isinstance(getattr(out, "weight", None), torch.Tensor):  # the class rows only
             logits = nn.functional.linear(state, out.weight[rows], None if out.bias is None else out.bias[rows])
         else:  # an int8 copy (machine.int8) packs its weight: the whole layer, then the class columns
