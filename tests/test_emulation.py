@@ -4,7 +4,6 @@ weights bit for bit. (Every notebook's three versions and scoring rerun run emul
 test_sandbox.py.)"""
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from processes import kill_tree
 
 REPO = Path(__file__).resolve().parents[1]
 # The smoke's sizes, with epochs enough to be killed in (a save at every epoch's end: 3 steps)
@@ -25,8 +25,7 @@ def _run(out: Path, wait: bool = True):
         done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         return None
-    return subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _final(out: Path) -> tuple[dict, dict]:
@@ -50,8 +49,7 @@ def test_a_notebook_killed_mid_fit_under_the_emulated_t4x2_resumes_bitwise(tmp_p
     deadline = time.monotonic() + 300
     while not list(killed.rglob("checkpoints/lstm/*/step-*.json")) and time.monotonic() < deadline:
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)  # papermill, the kernel, the server, the ranks and their workers
-    proc.wait()
+    kill_tree(proc)  # papermill, the kernel (a session of its own), the server, the ranks and their workers
     saved = [int(p.stem.split("-")[1]) for p in killed.rglob("checkpoints/lstm/*/step-*.json")]
     assert saved and max(saved) < fit["steps"], "the run finished before it was killed"
 

@@ -313,31 +313,34 @@ def test_segmentation_3d_on_the_competition_layout_then_inference_only_on_new_te
 
 @pytest.mark.slow
 def test_segmentation_3d_killed_mid_training_resumes_when_run_again(tmp_path):
-    import os
-    import signal
+    import json
+    import re
     import subprocess
     import sys
     import time
 
+    from processes import kill_tree
+
     from kagglekit.tools.notebook_runner import run_folder
+    # smoke's sizes, but not smoke: smoke would replace epochs with its own 2 (16 steps, a second)
+    small = {"volumes": 4, "test_volumes": 2, "size": 24, "patch": 16, "patches_per_epoch": 32, "batch_size": 2}
     out = tmp_path / "runs"
     notebook = REPO / "notebooks" / "segmentation_3d.ipynb"
-    folder = run_folder(notebook, {"smoke": True, "epochs": 40, "save_every_min": 0.0}, out)
+    killed = {**small, "epochs": 40, "save_every_min": 0.0}  # 320 steps, a checkpoint after each
+    folder = run_folder(notebook, killed, out)
     ckpts = folder / "checkpoints" / "unet3d"
     cmd = [sys.executable, "-m", "kagglekit.tools.cli", "run", "segmentation_3d", "--output", str(out),
-           "-p", "smoke=True", "-p", "epochs=40", "-p", "save_every_min=0.0"]
-    proc = subprocess.Popen(cmd, cwd=REPO, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+           *[arg for k, v in killed.items() for arg in ("-p", f"{k}={v}")]]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while not list(ckpts.rglob("step-*.json")) and time.monotonic() < deadline:
         time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)  # papermill, the kernel and its ranks
-    proc.wait()
-    killed_at = max(int(p.stem.split("-")[1]) for p in ckpts.rglob("step-*.json"))
-    assert killed_at < 40 * 8, "the run finished before it was killed"
-    again = run_notebook(notebook, {"smoke": True, "epochs": 3}, output_dir=folder, progress=False)
+    kill_tree(proc)  # papermill, the kernel (a session of its own) and its ranks
+    sidecars = [json.loads(p.read_text()) for p in ckpts.rglob("step-*.json")]
+    assert sidecars and not any(s["final"] for s in sidecars), "the run finished before it was killed"
+    killed_at = max(s["step"] for s in sidecars)
+    again = run_notebook(notebook, {**small, "epochs": 3}, output_dir=folder, progress=False)
     fit = _metrics(again)["fit"]
-    import re
     assert fit["resumed_from"] and re.search(r"checkpoints/unet3d/[0-9a-f]{16}/step-", fit["resumed_from"])
     assert fit["steps"] - fit["steps_this_session"] >= killed_at
 
