@@ -90,9 +90,9 @@ push: $(STAMP)
 status: $(STAMP)
 	$(PY) -m kagglekit.tools.cli status $(NB) $(if $(WAIT),--wait)
 
-## output: download a finished Kaggle run into runs/kaggle/<slug>/v<N>/ (FORCE=1 while it runs)
+## output: download a finished Kaggle run into runs/kaggle/<slug>/v<N>/ (FORCE=1 while it runs; V=3: that version's)
 output: $(STAMP)
-	$(PY) -m kagglekit.tools.cli output $(NB) $(if $(FORCE),--force)
+	$(PY) -m kagglekit.tools.cli output $(NB) $(if $(FORCE),--force) $(if $(V),--version $(V))
 
 ## submit: the latest finished version's checked submission to its competition (NB=segmentation_3d or timeseries_store_sales, M="message")
 submit: $(STAMP)
@@ -106,9 +106,9 @@ score: $(STAMP)
 drift: $(STAMP)
 	$(PY) -m kagglekit.tools.cli drift $(NB) $(if $(REWRITE),--rewrite)
 
-## publish: a finished run's weights (no optimizer state; OPTIMIZER=1 keeps it) as <owner>/<slug>-weights, for inference kernels (NB=, RUN=<folder>)
+## publish: a finished run's weights (no optimizer state; OPTIMIZER=1 keeps it) as <owner>/<slug>-weights, a dataset or (TO=model) a Kaggle Model, for inference kernels (NB=, RUN=<folder>)
 publish: $(STAMP)
-	$(PY) -m kagglekit.tools.cli publish $(NB) $(if $(RUN),--run $(RUN)) $(if $(OPTIMIZER),--optimizer)
+	$(PY) -m kagglekit.tools.cli publish $(NB) $(if $(RUN),--run $(RUN)) $(if $(OPTIMIZER),--optimizer) $(if $(TO),--to $(TO))
 
 ## results: the gpu_figures tables make output fetched, each version once, into benchmarks/RESULTS.md (NB=gpu_figures)
 results: $(STAMP)
@@ -167,6 +167,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/int8_inference.py
 	$(PY) benchmarks/text_finetune.py
 	$(PY) benchmarks/text_real.py
+	$(PY) benchmarks/text_split.py
 	$(PY) benchmarks/gpu_figures.py
 
 ## lint: ruff (pyproject.toml's rules) over the kit, tests, benchmarks and notebooks; notebooks committed clean

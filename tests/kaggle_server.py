@@ -41,6 +41,10 @@ class FakeKaggle:
         self.session_polls: int | None = None
         self.sessions: dict[str, int] = {}  # owner/slug -> status polls left while RUNNING
         self.max_running = 0
+        # Kaggle Models (what kagglehub's model_upload and model_download call): owner/model ->
+        # {"title", "private", "instances": {"<framework enum>/<variation>": [{path: bytes} per version]}}
+        self.models: dict[str, dict] = {}
+        self.outputs: dict[tuple[str, int], dict[str, bytes]] = {}  # (owner/slug, version) -> its output
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -250,6 +254,88 @@ class FakeKaggle:
             if s["ref"] == ref:
                 s.update(status="COMPLETE", publicScore=public)
 
+    # ---- Kaggle Models: a model, its variations (instances), their versions ------------------
+    def on_GetModel(self, body: dict):
+        ref = f"{body['ownerSlug']}/{body['modelSlug']}"
+        if ref not in self.models:
+            return 404, {"code": 404, "message": f"model {ref} not found"}
+        return 200, {"id": 1, "ref": ref, "title": self.models[ref]["title"]}
+
+    def on_CreateModel(self, body: dict):
+        ref = f"{body['ownerSlug']}/{body['slug']}"
+        if ref in self.models:
+            return 200, {"error": f"model {ref} exists", "errorCode": 409}
+        self.models[ref] = {"title": body["title"], "private": body.get("isPrivate", False), "instances": {}}
+        return 200, {"id": len(self.models), "ref": ref, "url": f"http://localhost/models/{ref}"}
+
+    def _tree(self, info: dict, prefix: str = "") -> dict:
+        """An ApiUploadDirectoryInfo's files, by their path in the uploaded folder (as Models keep it)."""
+        files = {prefix + name: data for name, data in self._files(info.get("files", [])).items()}
+        for sub in info.get("directories", []):
+            files.update(self._tree(sub, f"{prefix}{sub['name']}/"))
+        return files
+
+    def _instance(self, body: dict, framework: str, variation: str):
+        ref = f"{body['ownerSlug']}/{body['modelSlug']}"
+        return ref, self.models.get(ref), f"{framework}/{variation}"
+
+    def on_CreateModelInstance(self, body: dict):
+        inner = body["body"]
+        ref, model, key = self._instance(body, inner["framework"], inner["instanceSlug"])
+        if model is None:
+            return 404, {"code": 404, "message": f"model {ref} not found"}
+        if key in model["instances"]:  # kagglehub then creates a version instead
+            return 200, {"error": f"{ref}/{key} exists", "errorCode": 409}
+        model["instances"][key] = [self._tree(inner)]
+        model["license"] = inner.get("licenseName")
+        return 200, {"id": 1, "ref": f"{ref}/{key}", "url": f"http://localhost/models/{ref}/{key}"}
+
+    def on_CreateModelInstanceVersion(self, body: dict):
+        ref, model, key = self._instance(body, body["framework"], body["instanceSlug"])
+        if model is None or key not in model["instances"]:
+            return 404, {"code": 404, "message": f"{ref}/{key} not found"}
+        model["instances"][key].append(self._tree(body["body"]))
+        return 200, {"id": 1, "ref": f"{ref}/{key}", "url": f"http://localhost/models/{ref}/{key}"}
+
+    def _versions(self, body: dict):
+        ref, model, key = self._instance(body, body["framework"], body["instanceSlug"])
+        return None if model is None else model["instances"].get(key)
+
+    def on_GetModelInstance(self, body: dict):
+        versions = self._versions(body)
+        if versions is None:
+            return 404, {"code": 404, "message": "model instance not found"}
+        return 200, {"slug": body["instanceSlug"], "framework": body["framework"], "versionNumber": len(versions)}
+
+    def _version_files(self, body: dict):
+        versions = self._versions(body) or []
+        number = int(body.get("versionNumber") or 0)
+        return versions[number - 1] if 0 < number <= len(versions) else None
+
+    def on_ListModelInstanceVersionFiles(self, body: dict):
+        files = self._version_files(body)
+        if files is None:
+            return 404, {"code": 404, "message": "model version not found"}
+        return 200, {"files": [{"name": name, "size": len(data)} for name, data in files.items()],
+                     "nextPageToken": ""}
+
+    def on_DownloadModelInstanceVersion(self, body: dict):
+        files = self._version_files(body)
+        if files is None or (body.get("path") and body["path"] not in files):
+            return 404, {"code": 404, "message": "model version or file not found"}
+        name = f"model-{len(self.served)}"
+        self.served[name] = files[body["path"]] if body.get("path") else _zipped(files)
+        return 302, {"location": f"http://localhost/files/{name}"}
+
+    def on_DownloadKernelOutput(self, body: dict):
+        """One version's output (the CLI reaches only the latest: ListKernelSessionOutput)."""
+        key = (f"{body['ownerSlug']}/{body['kernelSlug']}", int(body.get("versionNumber") or 0))
+        if key not in self.outputs:
+            return 404, {"code": 404, "message": f"no output of {key[0]} version {key[1]}"}
+        name = f"output-{len(self.served)}.zip"
+        self.served[name] = _zipped(self.outputs[key])
+        return 302, {"location": f"http://localhost/files/{name}"}
+
     # ---- downloads: a redirect to the zip, as Kaggle answers -----------------------------
     def _redirect(self, reference: str, name: str):
         if reference not in self.downloads:
@@ -296,3 +382,14 @@ class FakeKaggle:
     def __exit__(self, *exc):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def _zipped(files: dict) -> bytes:
+    """``{path: bytes}`` as one zip archive (what Kaggle serves for a whole folder)."""
+    import io
+    import zipfile
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()

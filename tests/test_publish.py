@@ -57,12 +57,23 @@ def test_every_notebook_has_valid_metadata(notebook):
     ({"competition_sources": ["Bad Name"]}, "competition_sources", "competition-slug"),
     ({"model_sources": ["me/model/pytorch/default"]}, "model_sources", "owner/model/framework"),
     ({"enable_gpu": True}, "enable_gpu", "unknown field"),
+    ({"weights_via": "model"}, "weights_via", "beside a weights_from"),
+    ({"weights_via": "hub", "weights_from": "quickstart"}, "weights_via", "\"dataset\" (make publish) or"),
 ])
 def test_each_metadata_rule_names_the_file_field_and_fix(tmp_path, change, field, fix):
     path = tmp_path / "quickstart.json"
     with pytest.raises(MetadataError) as err:
         metadata.validate({**GOOD, **change}, path, REPO / "notebooks")
     assert f"{path}: {field}:" in str(err.value) and fix in str(err.value)
+
+
+def test_an_inference_kernel_must_attach_the_base_its_weights_were_trained_on(tmp_path):
+    base = "qwen-lm/qwen3/transformers/0.6b/1"
+    (tmp_path / "trainer.json").write_text(json.dumps({**GOOD, "model_sources": [base]}))
+    infer = {**GOOD, "weights_from": "trainer", "weights_via": "model"}
+    with pytest.raises(MetadataError, match=f"model_sources: '{base}' is missing: trainer's weights"):
+        metadata.validate(infer, tmp_path / "quickstart.json", REPO / "notebooks")
+    metadata.validate({**infer, "model_sources": [base]}, tmp_path / "quickstart.json", REPO / "notebooks")
 
 
 def test_missing_credentials_fail_before_any_work(tmp_path):
@@ -264,14 +275,14 @@ def test_make_compare_finds_a_metadata_variants_local_run_under_its_notebook(tmp
 
 
 def test_a_metadata_variant_names_a_kernel_of_its_notebook(monkeypatch):
-    from kagglekit.tools import cli
+    from kagglekit.tools import kernelnames
     monkeypatch.chdir(REPO)
-    assert cli._kernels(["gnn_elliptic", "quickstart"]) == [
+    assert kernelnames.kernels(["gnn_elliptic", "quickstart"]) == [
         ("gnn_elliptic", Path("notebooks/gnn_node_classification.ipynb")),
         ("quickstart", Path("notebooks/quickstart.ipynb"))]
-    assert cli._kaggle_parameters("gnn_elliptic")["data_dir"] == "ellipticco/elliptic-data-set"
+    assert kernelnames.kaggle_parameters("gnn_elliptic")["data_dir"] == "ellipticco/elliptic-data-set"
     with pytest.raises(SystemExit, match="no notebook named 'nope'"):
-        cli._kernels(["nope"])
+        kernelnames.kernels(["nope"])
 
 
 def test_make_clean_keeps_the_kaggle_outputs_make_output_downloaded(tmp_path):

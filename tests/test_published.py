@@ -93,3 +93,75 @@ def test_an_attached_publication_is_verified_and_a_tampered_file_refused_by_name
     with pytest.raises(published.TamperedError, match=f"{payload.name}: listed in .* but missing"):
         published.verify(mounted)
     inputs_mod.forget()
+
+
+MODEL = "tester/kagglekit-text-classification-weights/pyTorch/default"
+
+
+@pytest.mark.slow
+def test_make_publish_to_a_model_versions_it_and_the_inference_kernel_attaches_that_version(tmp_path, monkeypatch):
+    """TO=model through kagglehub's own model_upload to the loopback server: the folder's tree kept as
+    it is (no archive), a version per change, none when nothing changed; the inference kernel
+    refused before it is published, then pushed attaching that exact version beside its base; the
+    version downloaded by handle verifies against its manifest where Kaggle mounts a model."""
+    run = finished_run(tmp_path / "run")
+    with FakeKaggle() as kaggle:
+        env = _env(kaggle, tmp_path)
+        early = _cli("push", "text_classification_infer", env=env)
+        assert early.returncode == 2 and "make publish NB=text_classification TO=model first" in early.stderr
+        assert kaggle.pushed() == []  # refused before any upload
+        first = _cli("publish", "text_classification", "--run", str(run), "--to", "model", env=env)
+        assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+        assert f"{MODEL}/1: created" in first.stdout
+        again = _cli("publish", "text_classification", "--run", str(run), "--to", "model", env=env)
+        assert f"{MODEL}/1: unchanged" in again.stdout
+        (run / "metrics.json").write_text(json.dumps({"config": {"patch": 96}, "summary": [
+            {"result": "validation Dice", "value": 0.65, "passed": True}]}))
+        second = _cli("publish", "text_classification", "--run", str(run), "--to", "model", env=env)
+        assert f"{MODEL}/2: new version" in second.stdout, second.stdout[-2000:] + second.stderr[-2000:]
+        model = kaggle.models["tester/kagglekit-text-classification-weights"]
+        versions = model["instances"]["MODEL_FRAMEWORK_PY_TORCH/default"]
+        assert model["private"] and len(versions) == 2
+        assert sorted(versions[1]) == ["checkpoints/unet3d/abc123/step-00000020.json",
+                                       "checkpoints/unet3d/abc123/step-00000020.pt",
+                                       "kagglekit-manifest.json", "metrics.json"]  # the tree, no records
+        manifest = json.loads(versions[1]["kagglekit-manifest.json"])
+        assert manifest["base_models"] == ["microsoft/deberta-v3-base/transformers/default/1"]
+
+        pushed = _cli("push", "text_classification_infer", env=env)
+        assert pushed.returncode == 0, pushed.stdout[-2000:] + pushed.stderr[-2000:]
+        sources = kaggle.pushed()[-1]["modelDataSources"]
+        assert sources == ["microsoft/deberta-v3-base/transformers/default/1", f"{MODEL}/2"]
+
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("KAGGLEHUB_CACHE", str(tmp_path / "kagglehub"))
+        import kagglehub
+        mounted = tmp_path / "input" / "models" / MODEL.lower() / "2"
+        kagglehub.model_download(f"{MODEL}/2", output_dir=str(mounted))
+    import shutil
+    shutil.rmtree(mounted / ".complete", ignore_errors=True)  # kagglehub's marker: Kaggle mounts the files only
+    monkeypatch.setenv("KAGGLEKIT_INPUT", str(tmp_path / "input"))
+    from kagglekit.machine import inputs as inputs_mod
+    inputs_mod.forget()
+    assert [c["folder"] for c in published.verify_inputs()] == [str(mounted)]
+    found = kk.checkpoint.CheckpointManager(tmp_path / "working" / "checkpoints" / "unet3d").search_roots
+    assert found == [mounted / "checkpoints" / "unet3d"]
+    inputs_mod.forget()
+
+
+@pytest.mark.slow
+def test_make_output_fetches_a_given_versions_files_and_names_a_missing_one(tmp_path):
+    with FakeKaggle() as kaggle:
+        env = _env(kaggle, tmp_path)
+        kaggle.outputs[("tester/kagglekit-quickstart", 3)] = {"metrics.json": b'{"summary": []}',
+                                                             "checkpoints/mlp/abc/step-00000010.json": b"{}"}
+        out = tmp_path / "runs"
+        done = _cli("output", "quickstart", "--version", "3", "--output", str(out), env=env)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        missing = _cli("output", "quickstart", "--version", "9", "--output", str(out), env=env)
+    assert missing.returncode == 2 and "has no output of version 9" in missing.stderr
+    fetched = out / "kagglekit-quickstart" / "v3"
+    assert sorted(str(p.relative_to(fetched)) for p in fetched.rglob("*") if p.is_file()) == \
+        ["checkpoints/mlp/abc/step-00000010.json", "kaggle.json", "metrics.json"]
+    assert json.loads((fetched / "kaggle.json").read_text())["version"] == 3

@@ -115,8 +115,9 @@ def _check_the_folds_across_versions(runs: Path) -> None:
 
 def _check_the_inference_kernel(bench, trained: str) -> None:
     """Train in one kernel, predict in another: version 3's weights published (make publish's
-    folder, mounted where Kaggle mounts the dataset), the inference-only variant's version and
-    scoring rerun verify them against the manifest, train nothing, and write a checked submission
+    folder, mounted where Kaggle mounts the dataset or, for text, the Model version), the
+    inference-only variant's version and scoring rerun verify them against the manifest, train
+    nothing, and write a checked submission
     (segmentation: every test volume in submission.zip; text: every test row, the sample's columns).
     One version: a kernel that trains nothing has no chain for versions 2 and 3 to check."""
     import pandas as pd
@@ -138,7 +139,9 @@ def _check_the_inference_kernel(bench, trained: str) -> None:
         choices = 4 if trained == "segmentation_3d" else 0
         assert [p["files"] for p in metrics["published"]] == [2 * folds + 1 + choices]  # + sidecars, metrics
         slug = f"kagglekit-{trained.replace('_', '-')}-weights"
-        assert f"/input/datasets/sandbox/{slug}" in metrics["published"][0]["folder"]
+        mount = f"datasets/sandbox/{slug}" if trained == "segmentation_3d" else \
+            f"models/sandbox/{slug}/pytorch/default/1"  # text: a Kaggle Model version (weights_via)
+        assert f"/input/{mount}" in metrics["published"][0]["folder"]
         assert "fit" not in metrics and not (working / "checkpoints").exists()  # nothing trained, nothing saved
         if trained == "segmentation_3d":
             assert metrics["chain"]["cache:postprocess"] == "hit"  # the training kernel's choice

@@ -7,34 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-NOTEBOOKS = Path("notebooks")
-
-
-def _notebooks(names: list[str]) -> list[Path]:
-    if not names:
-        return sorted(NOTEBOOKS.glob("*.ipynb"))
-    paths = []
-    for name in names:
-        path = NOTEBOOKS / f"{Path(name).stem}.ipynb"
-        if not path.exists():
-            known = ", ".join(p.stem for p in sorted(NOTEBOOKS.glob("*.ipynb")))
-            raise SystemExit(f"no notebook named {name!r} in {NOTEBOOKS}/ (known: {known})")
-        paths.append(path)
-    return paths
-
-
-def _kernels(names: list[str]) -> list[tuple[str, Path]]:
-    """(kernel name, notebook) for each name: a notebook's, or a variant's in kernel-metadata/
-    (another kernel of a notebook, e.g. gnn_elliptic: other data, other parameters)."""
-    found = []
-    for name in names:
-        variant = Path("kernel-metadata") / f"{name}.json"
-        if not (NOTEBOOKS / f"{Path(name).stem}.ipynb").exists() and variant.exists():
-            notebook = json.loads(variant.read_text()).get("notebook", name)
-            found.append((name, NOTEBOOKS / f"{notebook}.ipynb"))
-        else:
-            found.extend((nb.stem, nb) for nb in _notebooks([name]))
-    return found or [(nb.stem, nb) for nb in _notebooks([])]
+from .kernelnames import kaggle_parameters, kernels as find_kernels, names, notebooks as find_notebooks
 
 
 def cmd_run(args) -> int:
@@ -45,8 +18,8 @@ def cmd_run(args) -> int:
     from .notebook_runner import parse_overrides, run_folder, run_notebook
     try:
         ascard.card()  # AS=t4 on a machine without a CUDA card: one line, before any kernel
-        kernels = _kernels(args.notebooks)
-        params = {name: {**(_kaggle_parameters(name) if args.kaggle else {}),
+        kernels = find_kernels(args.notebooks)
+        params = {name: {**(kaggle_parameters(name) if args.kaggle else {}),
                          **parse_overrides(args.param)} for name, _ in kernels}
         for name, nb in kernels:  # a typo fails here, before any kernel
             run_folder(nb, params[name], args.output)
@@ -57,12 +30,6 @@ def cmd_run(args) -> int:
     if len(rows) > 1:
         print("\n" + _text_table(rows))
     return 0 if all(r["status"] == "ok" for r in rows) else 1
-
-
-def _kaggle_parameters(name: str) -> dict:
-    """The parameters notebook ``name`` runs with on Kaggle (kernel-metadata/<name>.json)."""
-    from .publish import metadata
-    return metadata.load(Path("kernel-metadata") / f"{name}.json").get("parameters", {})
 
 
 def _run_one(nb: Path, params: dict, output_root: str, run_notebook) -> dict:
@@ -108,124 +75,12 @@ def cmd_runs(args) -> int:
 
 def cmd_view(args) -> int:
     from .view import view
-    return view(_notebooks(args.notebooks), Path(args.runs), _latest)
-
-
-def _names(args) -> list[str]:
-    return [name for name, _ in _kernels(args.notebooks)]
-
-
-def cmd_build(args) -> int:
-    from .publish import commands
-    return commands.build_all(_names(args))
-
-
-def cmd_push(args) -> int:
-    from .publish import commands
-    if not args.notebooks and not args.all:
-        known = ", ".join(p.stem for p in sorted(NOTEBOOKS.glob("*.ipynb")))
-        print(f"error: name the notebook to push (make push NB=<name>; one of {known}), or ALL=1 "
-              "to push every notebook: each push starts a GPU session of your weekly quota.",
-              file=sys.stderr)
-        return 2
-    return commands.push_all(_names(args), args.accelerator, sessions=args.sessions)
-
-
-def cmd_status(args) -> int:
-    from .publish import commands
-    return commands.status_all(_names(args), args.wait, args.timeout)
-
-
-def cmd_logs(args) -> int:
-    from .publish import commands
-    return commands.logs_all(_names(args))
-
-
-def cmd_output(args) -> int:
-    from .publish import commands
-    return commands.output_all(_names(args), args.output, args.force)
-
-
-def _one_competition_kernel(args, what: str) -> str | None:
-    names = _names(args) if args.notebooks else []
-    if len(names) != 1:
-        print(f"error: name the one competition notebook to {what} (make {what} "
-              "NB=segmentation_3d, or NB=timeseries_store_sales)", file=sys.stderr)
-        return None
-    return names[0]
-
-
-def cmd_submit(args) -> int:
-    from .publish import submit
-    name = _one_competition_kernel(args, "submit")
-    return submit.submit(name, args.message, args.output) if name else 2
-
-
-def cmd_score(args) -> int:
-    from .publish import submit
-    name = _one_competition_kernel(args, "score")
-    return submit.score(name, args.output) if name else 2
-
-
-def cmd_data(args) -> int:
-    from .publish import commands
-    return commands.data_all(_names(args), args.force)
-
-
-def cmd_quota(args) -> int:
-    from .publish import commands
-    return commands.quota()
-
-
-def cmd_pull(args) -> int:
-    from .publish import commands
-    from .publish.pull import PullRefused, pull
-    for name in _names(args):
-        kernel, _ = commands.kernel_of(name)
-        try:
-            lines = pull(name, kernel, NOTEBOOKS, commands.METADATA_DIR, force=args.force)
-        except PullRefused as err:
-            print(f"error: {name}: {err}", file=sys.stderr)
-            return 2
-        print("\n".join([f"pulled {kernel}:"] + [f"  {line}" for line in lines]))
-    return 0
-
-
-def cmd_compare(args) -> int:
-    from .publish.compare import compare_notebook
-    return 0 if all([compare_notebook(name, Path(args.runs)) for name in _names(args)]) else 1
-
-
-def _slug(name: str) -> str:
-    from .publish import metadata
-    return metadata.load(Path("kernel-metadata") / f"{name}.json")["slug"]
-
-
-def cmd_drift(args) -> int:
-    from .drift import report
-    return 1 if any([report(_slug(n), Path(args.runs), Path(args.image), args.rewrite) for n in _names(args)]) else 0
-
-
-def cmd_results(args) -> int:
-    from .figuretable import append_fetched
-    lines = [line for n in _names(args) for line in append_fetched(Path(args.output), _slug(n), Path(args.results))]
-    print("\n".join(lines))
-    return 0
-
-
-def cmd_publish(args) -> int:
-    from .publish.weights import publish
-    names = _names(args) if args.notebooks else []
-    if len(names) != 1:
-        print("error: name the one kernel whose weights to publish (make publish NB=segmentation_3d)", file=sys.stderr)
-        return 2
-    print(publish(names[0], args.run, args.optimizer, args.message))
-    return 0
+    return view(find_notebooks(args.notebooks), Path(args.runs), _latest)
 
 
 def cmd_sandbox(args) -> int:
     from .sandbox import sandbox
-    return sandbox(_names(args), cap=args.cap, keep=Path(args.keep) if args.keep else None,
+    return sandbox(names(args), cap=args.cap, keep=Path(args.keep) if args.keep else None,
                    jobs=args.jobs, data=Path(args.data) if args.data else None)
 
 
@@ -256,59 +111,18 @@ def main(argv: list[str] | None = None) -> int:
     box.add_argument("--data", default="", help="a copy of the real data (make data) to mount "
                      "where Kaggle mounts the kernel's competition or dataset (DATA=)")
     box.set_defaults(func=cmd_sandbox)
-    for name, func, text in (("build", cmd_build, "render notebooks for Kaggle into build/kaggle/"),
-                             ("push", cmd_push, "build, validate and push as Kaggle kernels"),
-                             ("status", cmd_status, "the Kaggle run's status (non-zero on ERROR)"),
-                             ("logs", cmd_logs, "the log of the Kaggle run (its traceback on ERROR)"),
-                             ("output", cmd_output, "download a finished Kaggle run's outputs"),
-                             ("pull", cmd_pull, "bring a notebook edited on Kaggle back into notebooks/"),
-                             ("quota", cmd_quota, "GPU hours used and left this week"),
-                             ("data", cmd_data, "download the data a kernel attaches into data/<slug>/"),
-                             ("submit", cmd_submit, "submit a finished competition kernel's submission"),
-                             ("score", cmd_score, "a competition kernel's submissions and their scores"),
-                             ("compare", cmd_compare, "a local run against the Kaggle run of the same configuration"),
-                             ("drift", cmd_drift, "the packages the Kaggle run had against the sandbox's pins"),
-                             ("results", cmd_results, "fetched gpu_figures tables into benchmarks/RESULTS.md"),
-                             ("publish", cmd_publish, "a finished run's weights as a dataset for inference kernels")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("notebooks", nargs="*", help="notebook names (default: all)")
-        p.set_defaults(func=func)
-        if name == "push":
-            p.add_argument("--accelerator", default="NvidiaTeslaT4")
-            p.add_argument("--all", action="store_true", help="push every notebook (ALL=1)")
-            p.add_argument("--sessions", type=int, default=2,
-                           help="GPU sessions of these kernels running at once (SESSIONS=; Kaggle's ~2)")
-        if name == "status":
-            p.add_argument("--wait", action="store_true", help="poll until done, with back-off")
-            p.add_argument("--timeout", type=float, default=12 * 3600)
-        if name in ("output", "submit", "score", "results"):
-            p.add_argument("--output", default="runs/kaggle")
-        if name == "submit":
-            p.add_argument("-m", "--message", default="kagglekit submission", help="submission description")
-        if name in ("output", "pull", "data"):
-            p.add_argument("--force", action="store_true",
-                           help="output: download while RUNNING; pull: overwrite local edits; "
-                                "data: download again")
-        if name == "publish":
-            p.add_argument("--run", default="", help="the run folder (default: the newest finished one)")
-            p.add_argument("--optimizer", action="store_true", help="keep the optimizer's state too")
-            p.add_argument("-m", "--message", default="", help="the dataset version's notes")
-        if name == "results":
-            p.add_argument("--results", default="benchmarks/RESULTS.md", help="the file the tables go to")
-        if name in ("compare", "drift"):
-            p.add_argument("--runs", default="runs")
-        if name == "drift":
-            p.add_argument("--rewrite", action="store_true", help="put the run's versions into the pins")
-            p.add_argument("--image", default="sandbox/kaggle-image.txt")
+    from .publish import subcommands
+    subcommands.add(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
     except Exception as err:  # the CLI's errors are messages for a person, not tracebacks
         from ..run.params import ParameterError
         from .figuretable import FiguresError
-        from .publish import build, credentials, kaggle_cli, metadata, upload, weights
+        from .publish import build, credentials, kaggle_cli, metadata, models, upload, weights
         known = (metadata.MetadataError, credentials.CredentialsError, kaggle_cli.KaggleError,
-                 build.BuildError, ParameterError, FiguresError, weights.PublishError, upload.UploadRefused)
+                 build.BuildError, ParameterError, FiguresError, weights.PublishError, upload.UploadRefused,
+                 models.ModelPublishError)
         if isinstance(err, known):
             print(f"error: {err}", file=sys.stderr)
             return 2

@@ -274,7 +274,7 @@ def mounts(meta: dict, work: Path, data: Path | None = None, hidden: bool = Fals
         else:
             sources[target] = (make(dataset, work / "datasets" / dataset), False)
     if meta.get("weights_from"):
-        sources.update(_published(meta["weights_from"], owner))
+        sources.update(_published(meta["weights_from"], owner, meta.get("weights_via", "dataset")))
     for handle in meta.get("model_sources", []):
         from ..readers.textsets import write_standin_model
         arch = "llama" if any(k in handle.lower() for k in ("llama", "qwen", "gemma", "mistral")) else "bert"
@@ -282,16 +282,20 @@ def mounts(meta: dict, work: Path, data: Path | None = None, hidden: bool = Fals
     return sources
 
 
-def _published(name: str, owner: str) -> dict:
-    """``make publish NB=<name>``'s folder, exactly what it uploaded, where Kaggle mounts the dataset."""
+def _published(name: str, owner: str, via: str = "dataset") -> dict:
+    """``make publish NB=<name>``'s folder, exactly what it uploaded, where Kaggle mounts the dataset
+    or (``via="model"``) the Model version the kernel's metadata names (framework in lower case, as
+    Kaggle mounts it)."""
     from ..state.published import MANIFEST
-    from .publish import metadata, weights
+    from .publish import layout, metadata
     trained = metadata.load(Path("kernel-metadata") / f"{name}.json")
-    folder = weights.folder_for(trained)
+    folder = layout.weights_folder(trained)
     if not (folder / MANIFEST).exists():
         raise NoStandIn(f"no published weights of {name} at {folder}: make publish NB={name} first "
                         "(the sandbox mounts what it published)")
-    return {f"datasets/{owner}/{weights.weights_slug(trained)}": (folder, False)}
+    if via == "model":
+        return {f"models/{layout.model_source(trained, owner).lower()}": (folder, False)}
+    return {f"datasets/{owner}/{layout.weights_slug(trained)}": (folder, False)}
 
 
 def make(source: str, folder: Path, hidden: bool = False) -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from . import credentials, metadata, wheels
+from .layout import build_root
 
 MAX_SOURCE_BYTES = 1_000_000  # Kaggle refuses a larger notebook (HTTP 400)
 INSTALL_MARK = "# kagglekit: embedded wheel"
@@ -25,11 +25,6 @@ INSTALL_MARK = "# kagglekit: embedded wheel"
 
 class BuildError(RuntimeError):
     """The notebook could not be rendered within Kaggle's limits."""
-
-
-def build_root() -> Path:
-    """Where builds go: ``build/kaggle`` (``KAGGLEKIT_BUILD`` moves it, e.g. for tests)."""
-    return Path(os.environ.get("KAGGLEKIT_BUILD", "build/kaggle"))
 
 
 PACKAGED = ("kagglekit", "pyproject.toml", "README.md")

@@ -52,6 +52,7 @@ def push_all(names: list[str], accelerator: str, sessions: int = SESSIONS, sleep
               "competition (make sandbox NB=...); on Kaggle, attach a real one", file=sys.stderr)
         return 2
     owner = credentials.username()  # before any work: a push needs an account
+    _require_published_models(names)
     folders = [build(name, owner=owner) for name in names]
     try:
         _publish_wheels(names, owner)
@@ -76,6 +77,15 @@ def push_all(names: list[str], accelerator: str, sessions: int = SESSIONS, sleep
     if len(results) > 1:
         print("\n".join(["", "push summary:"] + [f"  {n}: {s} ({d})" for n, s, d in results]))
     return 0 if all(state == "pushed" for _, state, _ in results) else 1
+
+
+def _require_published_models(names: list[str]) -> None:
+    """A kernel attaching a Model version of another kernel's weights: that version exists."""
+    from . import models
+    for name in names:
+        meta = metadata.load(METADATA_DIR / f"{name}.json")
+        if meta.get("weights_via") == "model":
+            models.require_published(metadata.load(METADATA_DIR / f"{meta['weights_from']}.json"))
 
 
 def _push_one(name: str, folder: Path, accelerator: str) -> tuple[str, str, str]:
@@ -148,23 +158,52 @@ def logs_all(names: list[str]) -> int:
     return 0
 
 
-def output_all(names: list[str], output_root: str, force: bool) -> int:
-    """Download a finished run's files under the version the server reports."""
+def output_all(names: list[str], output_root: str, force: bool, version: int | None = None) -> int:
+    """Download a finished run's files under the version the server reports; ``version``: that
+    version's files instead (kagglehub reaches any version; the CLI only the latest)."""
     failed = False
     for name in names:
         kernel, meta = kernel_of(name)
+        if version is not None:
+            dest = Path(output_root) / meta["slug"] / f"v{version}"
+            files = fetch_version(kernel, version, dest)
+            print(f"{kernel}: version {version}: {len(files)} files -> {dest}/")
+            continue
         st = kaggle_cli.status(kernel)
         if st.state in kaggle_cli.BUSY and not force:
             print(f"{kernel} is {st.state}: its outputs are not written yet. Wait (make status "
                   f"NB={name} WAIT=1) or take what is there with FORCE=1.", file=sys.stderr)
             failed = True
             continue
-        version = kaggle_cli.current_version(kernel)
-        dest = Path(output_root) / meta["slug"] / (f"v{version}" if version else "latest")
+        current = kaggle_cli.current_version(kernel)
+        dest = Path(output_root) / meta["slug"] / (f"v{current}" if current else "latest")
         files = kaggle_cli.output(kernel, dest)
-        atomic.write_json(dest / "kaggle.json", {"version": version, "status": st.state, "time": time.time()})
-        print(f"{kernel}: {st.state}, version {version}: {len(files)} files -> {dest}/")
+        atomic.write_json(dest / "kaggle.json", {"version": current, "status": st.state, "time": time.time()})
+        print(f"{kernel}: {st.state}, version {current}: {len(files)} files -> {dest}/")
     return 1 if failed else 0
+
+
+def fetch_version(kernel: str, version: int, dest: Path) -> list[Path]:
+    """Version ``version`` of ``kernel``'s output into ``dest`` (replaced whole once the download is
+    complete: a failed one leaves the earlier copy as it was)."""
+    import shutil
+
+    import kagglehub
+    from kagglehub.exceptions import KaggleApiHTTPError
+    partial = dest.with_name(f".{dest.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        kagglehub.notebook_output_download(f"{kernel}/versions/{version}", output_dir=str(partial))
+    except KaggleApiHTTPError as err:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise kaggle_cli.KaggleError(f"{kernel} has no output of version {version} "
+                                     f"({str(err).splitlines()[0]}): make status NB=... names the latest") from None
+    shutil.rmtree(partial / ".complete", ignore_errors=True)  # kagglehub's own marker, not the run's
+    atomic.write_json(partial / "kaggle.json", {"version": version, "status": "fetched by version number",
+                                                "time": time.time()})
+    shutil.rmtree(dest, ignore_errors=True)
+    partial.rename(dest)
+    return sorted(p for p in dest.rglob("*") if p.is_file() and p.name != "kaggle.json")
 
 
 def data_all(names: list[str], force: bool = False) -> int:

@@ -11,6 +11,8 @@ import json
 import re
 from pathlib import Path
 
+from . import layout
+
 CURRENT_SHAPES = {"NvidiaTeslaT4": "GPU T4 x2"}
 RETIRED_SHAPES = {"NvidiaTeslaP100": "retired by Kaggle; sessions land on T4 anyway"}
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{3,48}[a-z0-9]$")  # Kaggle's rule for kernel and dataset slugs
@@ -19,7 +21,9 @@ _MODEL = re.compile(r"^[^/\s]+/[^/\s]+/[^/\s]+/[^/\s]+/\d+$")
 KNOWN = {"slug", "title", "notebook", "is_private", "enable_internet", "enable_tpu",
          "machine_shape", "docker_image_pinning_type", "dataset_sources", "competition_sources",
          "kernel_sources", "model_sources", "keywords", "resume_from_previous_version",
-         "parameters", "sandbox", "wheels", "code_competition", "criteria", "weights_from"}
+         "parameters", "sandbox", "wheels", "code_competition", "criteria", "weights_from",
+         "weights_via"}
+WEIGHTS_VIA = ("dataset", "model")  # how make publish's weights reach the kernel that predicts with them
 PINNING = ("original", "latest")  # keep the image a kernel first ran on, or take the newest
 
 
@@ -87,10 +91,7 @@ def validate(meta: dict, path: Path, notebooks_dir: Path = Path("notebooks")) ->
                                              "uploaded)"))
     _check_parameters(meta, notebook, problems)
     _check_criteria(meta.get("criteria", {}), problems)
-    source = meta.get("weights_from")
-    if source is not None and not (path.parent / f"{source}.json").exists():
-        problems.append(("weights_from", f"{source!r} names no kernel in {path.parent}/: the kernel whose "
-                                         "make publish weights this one predicts with"))
+    _check_weights(meta, path, problems)
     wheels = meta.get("wheels", [])
     if not (isinstance(wheels, list) and all(isinstance(w, str) and w for w in wheels)):
         problems.append(("wheels", "must be a list of package names Kaggle's image lacks "
@@ -98,6 +99,23 @@ def validate(meta: dict, path: Path, notebooks_dir: Path = Path("notebooks")) ->
     if problems:
         lines = "\n".join(f"  {path}: {field}: {why}" for field, why in problems)
         raise MetadataError(f"invalid kernel metadata:\n{lines}")
+
+
+def _check_weights(meta: dict, path: Path, problems: list) -> None:
+    """``weights_from``: a kernel beside this one, whose attached base models this one attaches too;
+    ``weights_via``: how its published weights arrive."""
+    source = meta.get("weights_from")
+    if source is not None and not (path.parent / f"{source}.json").exists():
+        problems.append(("weights_from", f"{source!r} names no kernel in {path.parent}/: the kernel whose "
+                                         "make publish weights this one predicts with"))
+    elif source is not None:
+        trained = json.loads((path.parent / f"{source}.json").read_text()).get("model_sources", [])
+        for base in sorted(set(trained) - set(meta.get("model_sources", []))):
+            problems.append(("model_sources", f"{base!r} is missing: {source}'s weights (adapters, heads) were "
+                                              "trained on it; attach the same version"))
+    if meta.get("weights_via", "dataset") not in WEIGHTS_VIA or (meta.get("weights_via") and source is None):
+        problems.append(("weights_via", f"{meta.get('weights_via')!r}: \"dataset\" (make publish) or \"model\" "
+                                        "(make publish TO=model), beside a weights_from"))
 
 
 def _check_criteria(criteria, problems: list) -> None:
@@ -158,9 +176,13 @@ def kaggle_metadata(meta: dict, owner: str, code_file: str) -> dict:
     datasets = list(meta.get("dataset_sources", []))
     if meta.get("wheels") and f"{owner}/kagglekit-wheels" not in datasets:
         datasets.append(f"{owner}/kagglekit-wheels")
-    if meta.get("weights_from"):  # make publish's dataset of that kernel (tools.publish.weights)
-        trained = json.loads(Path(f"kernel-metadata/{meta['weights_from']}.json").read_text())["slug"]
-        datasets.append(f"{owner}/{trained}-weights")
+    models = list(meta.get("model_sources", []))
+    if meta.get("weights_from"):  # make publish's dataset or Model version of that kernel (tools.publish)
+        trained = json.loads(Path(f"kernel-metadata/{meta['weights_from']}.json").read_text())
+        if meta.get("weights_via") == "model":
+            models.append(layout.model_source(trained, owner))
+        else:
+            datasets.append(f"{owner}/{layout.weights_slug(trained)}")
     kernel_sources = list(meta.get("kernel_sources", []))
     if meta.get("resume_from_previous_version") and kernel_id not in kernel_sources:
         kernel_sources.append(kernel_id)  # mounts this kernel's last output: the resume chain
@@ -169,6 +191,6 @@ def kaggle_metadata(meta: dict, owner: str, code_file: str) -> dict:
             "enable_internet": meta["enable_internet"], "machine_shape": meta["machine_shape"],
             "dataset_sources": datasets,
             "competition_sources": meta.get("competition_sources", []),
-            "kernel_sources": kernel_sources, "model_sources": meta.get("model_sources", []),
+            "kernel_sources": kernel_sources, "model_sources": models,
             "keywords": meta.get("keywords", []), "enable_tpu": meta.get("enable_tpu", False),
             "docker_image_pinning_type": meta.get("docker_image_pinning_type", "original")}

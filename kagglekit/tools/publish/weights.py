@@ -21,22 +21,14 @@ import torch
 from ...state import atomic, published
 from ...state.checkpoint import Found, _scan, load
 from ..runfolders import fetched_versions
-from . import build, credentials, metadata, wheels
+from . import credentials, metadata, wheels
+from .layout import weights_folder, weights_slug
 
 PREDICTS_WITH = ("model", "model_part")  # what restoring weights reads; the rest continues a training
 
 
 class PublishError(ValueError):
     """Nothing publishable: no finished run, or a run without a finished training."""
-
-
-def weights_slug(meta: dict) -> str:
-    return f"{meta['slug']}-weights"
-
-
-def folder_for(meta: dict) -> Path:
-    """Where the publication is assembled (and stays, as the sandbox mounts it)."""
-    return build.build_root().parent / "publish" / weights_slug(meta)
 
 
 def _finished(folder: Path) -> bool:
@@ -70,8 +62,9 @@ def collect(run: Path, out: Path, optimizer: bool = False) -> list[str]:
         kept = state if optimizer else {k: v for k, v in state.items() if k in PREDICTS_WITH}
         target = out / found.path.relative_to(run)
         target.parent.mkdir(parents=True, exist_ok=True)
-        with atomic.atomic_path(target) as tmp:
-            torch.save(kept, tmp)
+        with atomic.atomic_path(target) as tmp, open(tmp, "wb") as out_file:
+            torch.save(kept, out_file)  # through a file object: the archive is not named after the temp file,
+            # so the same weights publish to the same bytes and an unchanged publication is not uploaded again
         atomic.write_json(target.with_suffix(".json"), {**found.meta, "sha256": atomic.sha256_file(target),
                                                         "published": {"optimizer_state": optimizer}})
         copied.append(str(target.relative_to(out)))
@@ -95,7 +88,7 @@ def carry_choices(run: Path, out: Path) -> list[str]:
 def assemble(name: str, run: Path, optimizer: bool = False) -> tuple[Path, dict]:
     """The publication's folder, rebuilt from ``run``: checkpoints, metrics.json, manifest."""
     meta = metadata.load(Path("kernel-metadata") / f"{name}.json")
-    out = folder_for(meta)
+    out = weights_folder(meta)
     shutil.rmtree(out, ignore_errors=True)  # ours alone: rebuilt from the run every time
     out.mkdir(parents=True)
     files = collect(run, out, optimizer) + carry_choices(run, out)
@@ -106,7 +99,7 @@ def assemble(name: str, run: Path, optimizer: bool = False) -> tuple[Path, dict]
               if fetched.exists() else f"local run {run.resolve()}")
     manifest = published.write_manifest(out, config=metrics.get("config", {}), headline=metrics.get("summary"),
                                         source=source, notebook=meta.get("notebook", name),
-                                        optimizer_state=optimizer)
+                                        optimizer_state=optimizer, base_models=meta.get("model_sources", []))
     print(f"{out}: {len(files)} checkpoint(s) from {source} ({'with' if optimizer else 'without'} "
           "optimizer state)")
     return out, manifest
