@@ -108,7 +108,8 @@ def test_make_publish_to_a_model_versions_it_and_the_inference_kernel_attaches_t
     with FakeKaggle() as kaggle:
         env = _env(kaggle, tmp_path)
         early = _cli("push", "text_classification_infer", env=env)
-        assert early.returncode == 2 and "make publish NB=text_classification TO=model first" in early.stderr
+        assert early.returncode == 2 and "has no version on Kaggle" in early.stderr
+        assert "make publish NB=text_classification TO=model first" in early.stderr
         assert kaggle.pushed() == []  # refused before any upload
         first = _cli("publish", "text_classification", "--run", str(run), "--to", "model", env=env)
         assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
@@ -128,6 +129,8 @@ def test_make_publish_to_a_model_versions_it_and_the_inference_kernel_attaches_t
         manifest = json.loads(versions[1]["kagglekit-manifest.json"])
         assert manifest["base_models"] == ["microsoft/deberta-v3-base/transformers/default/1"]
 
+        (Path(os.environ["KAGGLEKIT_BUILD"]).parent / "publish" / "kagglekit-text-classification-weights.model.json"
+         ).unlink()  # make clean, or another machine: Kaggle's current version is asked for
         pushed = _cli("push", "text_classification_infer", env=env)
         assert pushed.returncode == 0, pushed.stdout[-2000:] + pushed.stderr[-2000:]
         sources = kaggle.pushed()[-1]["modelDataSources"]

@@ -52,7 +52,7 @@ def push_all(names: list[str], accelerator: str, sessions: int = SESSIONS, sleep
               "competition (make sandbox NB=...); on Kaggle, attach a real one", file=sys.stderr)
         return 2
     owner = credentials.username()  # before any work: a push needs an account
-    _require_published_models(names)
+    _require_published_models(names, owner)
     folders = [build(name, owner=owner) for name in names]
     try:
         _publish_wheels(names, owner)
@@ -79,13 +79,13 @@ def push_all(names: list[str], accelerator: str, sessions: int = SESSIONS, sleep
     return 0 if all(state == "pushed" for _, state, _ in results) else 1
 
 
-def _require_published_models(names: list[str]) -> None:
+def _require_published_models(names: list[str], owner: str) -> None:
     """A kernel attaching a Model version of another kernel's weights: that version exists."""
     from . import models
     for name in names:
         meta = metadata.load(METADATA_DIR / f"{name}.json")
         if meta.get("weights_via") == "model":
-            models.require_published(metadata.load(METADATA_DIR / f"{meta['weights_from']}.json"))
+            models.require_published(metadata.load(METADATA_DIR / f"{meta['weights_from']}.json"), owner)
 
 
 def _push_one(name: str, folder: Path, accelerator: str) -> tuple[str, str, str]:

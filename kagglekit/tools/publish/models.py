@@ -27,12 +27,19 @@ class ModelPublishError(RuntimeError):
     """Kaggle refused the model upload, or the new version never appeared."""
 
 
-def require_published(trained: dict) -> None:
-    """Refused by name before a push: a kernel attaching weights never published as a Model."""
-    if model_record(trained) is None:
+def require_published(trained: dict, owner: str) -> None:
+    """Before a push: a kernel attaching ``trained``'s weights as a Model attaches a version that
+    exists. Without a record here (another machine, ``make clean``), Kaggle's current version is
+    asked for and recorded; with none there either, refused by name before any upload."""
+    if model_record(trained) is not None:
+        return
+    model = model_handle(owner, trained)
+    version = current_version(model)
+    if version == 0:
         raise metadata.MetadataError(
-            f"no Kaggle Model version of {trained['slug']}'s weights is recorded ({model_record_path(trained)}): "
+            f"{model} has no version on Kaggle (and none is recorded in {model_record_path(trained)}): "
             f"make publish NB={trained.get('notebook', trained['slug'])} TO=model first")
+    atomic.write_json(model_record_path(trained), {"handle": model, "version": version, "files": None})
 
 
 def current_version(model: str) -> int:
