@@ -25,7 +25,8 @@ _PARTS = {
             "folds", "oofio", "blend", "serving", "scoring", "workpool", "zoo", "hillclimb", "stacking",
             "oofsources", "choice", "rerunplan"],
     "search": ["tune", "sizing", "studyreport", "studystore", "boosting"],
-    "tasks": ["segment3d", "postprocess3d", "augment3d", "models", "cycles", "text", "answerhead", "figures", "gbdt"],
+    "tasks": ["segment3d", "postprocess3d", "augment3d", "models", "cycles", "text", "prompts", "answerhead",
+              "figures", "gbdt"],
 }
 _SUBMODULES = {name: f"{part}.{name}" for part, names in _PARTS.items() for name in names}
 _EXPORTS = {

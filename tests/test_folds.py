@@ -59,6 +59,29 @@ def test_the_oof_score_is_scikit_learns_metric_on_the_concatenated_oof_predictio
     assert metrics["cv_m"]["scores"]["mean"]["mean"] == pytest.approx(np.mean(per_fold))
 
 
+def test_the_ensemble_weights_are_fitted_out_of_fold_and_written_beside_the_models(tmp_path):
+    """Multi-step targets (a horizon of 2): a model that is the truth plus a little noise, one that
+    is pure noise; the weights find the first, sum to one, and the weighted OOF and test
+    predictions join the models' in oof.parquet and test.parquet."""
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=(40, 2))
+    good, bad = y + 0.01 * rng.normal(size=y.shape), rng.normal(size=y.shape)
+
+    def train(fold):
+        return kk.folds.Predictions(oof={"good": good[fold.val], "bad": bad[fold.val]},
+                                    test={"good": np.ones((3, 2)), "bad": np.zeros((3, 2))})
+    run = _start(tmp_path / "out")
+    cv = kk.folds.CrossValidation(run, "e", KFold(4), n=40)
+    result = cv.run(train, target=y, test_ids=["a", "b", "c"])
+    weights = cv.ensemble(result)
+    assert list(weights) == ["good", "bad"] and sum(weights.values()) == pytest.approx(1)
+    assert weights["good"] > 0.95
+    np.testing.assert_allclose(result.oof["ensemble"], weights["good"] * good + weights["bad"] * bad)
+    np.testing.assert_allclose(result.test["ensemble"], np.full((3, 2), weights["good"]))
+    for name in ("oof", "test"):
+        assert list(pd.read_parquet(tmp_path / "out" / f"{name}.parquet").columns)[-3:] == ["good", "bad", "ensemble"]
+
+
 def test_every_version_sees_the_same_folds_and_skips_the_done_ones(tmp_path, kaggle_tree):
     y = np.arange(60) % 2
     first = kk.start(dict(DECLARED), "cv", declared=dict(DECLARED), verbose=False)

@@ -188,6 +188,22 @@ def test_a_text_too_long_is_cut_inside_the_prompt_and_its_question_stays_whole(m
         kk.text.TokenizedTexts(tokenizer, ["calm"], 8, template=PROMPT)
 
 
+def test_a_prompts_other_fields_are_filled_from_each_row_whole_and_the_text_cut_around_them(models):
+    """Jigsaw's rule beside the comment: each row's own rule, never cut; the text cut to what the
+    rule leaves (a longer rule, a shorter text), the question whole; a field without values refused."""
+    tokenizer = kk.text.load_tokenizer(models["llama"])
+    template = "{rule} ? " + PROMPT  # words the stand-in's vocabulary knows
+    rules = [{"rule": "calm"}, {"rule": "storm storm storm storm"}]
+    texts = kk.text.TokenizedTexts(tokenizer, [" ".join(["calm"] * 50)] * 2, 24, template=template, fields=rules)
+    decoded = [tokenizer.decode(ids, skip_special_tokens=True) for ids in texts.ids]
+    assert all(len(ids) == 24 for ids in texts.ids)
+    assert decoded[0].startswith("calm ? story") and decoded[1].startswith("storm storm storm storm ? story")
+    assert all(d.endswith("does it end well ? answer :") for d in decoded)
+    assert decoded[0].count("calm") - 1 == decoded[1].count("calm") + 3  # three more rule words, three fewer text words
+    with pytest.raises(ValueError, match=r"names \{rule\}: give their values per text"):
+        kk.text.TokenizedTexts(tokenizer, ["calm"], 24, template=template)
+
+
 # ---- the competition's files -------------------------------------------------------------------
 def test_the_competition_is_read_with_its_quirks_and_a_missing_column_is_named(tmp_path):
     folder = textsets.write_competition(tmp_path / "c", 60, 20, probabilities=True)
@@ -215,14 +231,18 @@ def test_labelled_examples_join_training_without_repeats_or_a_training_text_and_
     import pandas as pd
     folder = tmp_path / "c"
     folder.mkdir()
-    pd.DataFrame({"row_id": [1, 2], "body": ["a b", "c d"], "pos": ["x y", "a b"], "neg": ["z", None],
-                  "rule_violation": [1, 0]}).to_csv(folder / "train.csv", index=False)
-    test = pd.DataFrame({"row_id": [3], "body": ["e f"], "pos": ["x y"], "neg": ["w v"]})
+    pd.DataFrame({"row_id": [1, 2], "body": ["a b", "c d"], "rule": ["no spam", "no ads"], "pos": ["x y", "a b"],
+                  "neg": ["z", None], "rule_violation": [1, 0]}).to_csv(folder / "train.csv", index=False)
+    test = pd.DataFrame({"row_id": [3], "body": ["e f"], "rule": ["no slurs"], "pos": ["x y"], "neg": ["w v"]})
     test.to_csv(folder / "test.csv", index=False)
     pd.DataFrame({"row_id": [3], "rule_violation": [0.5]}).to_csv(folder / "sample_submission.csv", index=False)
     data = textsets.read_competition(folder, "body", "rule_violation")
-    texts, labels, from_test = textsets.labelled_examples(data, "pos:1, neg:0")
-    assert texts == ["x y", "z", "w v"] and labels.tolist() == [1, 0, 0] and from_test == 1
+    rows, labels, from_test = textsets.labelled_examples(data, "pos:1, neg:0")
+    assert rows["body"].tolist() == ["x y", "z", "w v"] and labels.tolist() == [1, 0, 0] and from_test == 1
+    assert rows["rule"].tolist() == ["no spam", "no spam", "no slurs"]  # each example beside its row's rule
+    assert data.fields(rows, ["rule"]) == [{"rule": "no spam"}, {"rule": "no spam"}, {"rule": "no slurs"}]
+    with pytest.raises(textsets.TextDataError, match=r"prompt names \{subreddit\}, which the table has no column"):
+        data.fields(rows, ["subreddit"])
     with pytest.raises(textsets.TextDataError, match="'nope', which test.csv does not have"):
         textsets.labelled_examples(data, "nope:1")
     with pytest.raises(textsets.TextDataError, match="must be column:class with a class of 'rule_violation'"):

@@ -113,6 +113,17 @@ class TextCompetition:
     files: dict  # "train" / "test": where the tables were found (what caches and checkpoints key on)
     text_column: str = "text"
 
+    def fields(self, frame, names: list[str]) -> list[dict] | None:
+        """The values of a prompt's other fields (``prompts.field_names``: Jigsaw's ``rule``) from
+        ``frame``'s columns of those names, a dict per row; None when the prompt has none."""
+        if not names:
+            return None
+        missing = [n for n in names if n not in frame.columns]
+        if missing:
+            raise TextDataError(f"prompt names {{{missing[0]}}}, which the table has no column for; its columns: "
+                                f"{', '.join(map(str, frame.columns[:12]))}")
+        return frame[names].fillna("").astype(str).to_dict("records")
+
     def submission(self, probs):
         """The submission in the sample's columns: the class (as the data names it) of the
         highest probability, the second class's probability (a binary target whose sample holds
@@ -129,19 +140,20 @@ class TextCompetition:
         return frame
 
 
-def labelled_examples(data: TextCompetition, spec: str) -> tuple[list[str], object, int]:
-    """Texts that train.csv and test.csv label by their column, ``spec`` = "column:class,..."
-    (Jigsaw 2025: ``positive_example_1:1,negative_example_1:0``): what test-time training adds to
-    every fold's training, as (texts, class indices, how many came from test.csv). Empty cells and
-    repeats are dropped, and so is an example equal to a training text: it would carry that row's
-    label into the folds that validate on it."""
+def labelled_examples(data: TextCompetition, spec: str) -> tuple[object, object, int]:
+    """The rows train.csv and test.csv label by a column, ``spec`` = "column:class,..." (Jigsaw
+    2025: ``positive_example_1:1,negative_example_1:0``): what test-time training adds to every
+    fold's training, as (a table of rows, their class indices, how many came from test.csv). A
+    row is its source row with the example in the text column: its other columns (the rule it
+    exemplifies) fill the prompt as the training rows' do. Empty cells and repeats are dropped, and
+    so is an example equal to a training text: it would carry that row's label into the folds
+    that validate on it."""
     import numpy as np
-    texts, labels, from_test = [], [], 0
-    if not spec:
-        return texts, np.zeros(0, dtype=np.int64), 0
+    import pandas as pd
+    rows, labels, from_test = [], [], 0
     index = {str(c): i for i, c in enumerate(data.classes)}
     seen = set(data.train[data.text_column])
-    for part in spec.split(","):
+    for part in spec.split(",") if spec else ():
         column, _, label = part.strip().rpartition(":")
         if label not in index:
             raise TextDataError(f"test_examples: {part.strip()!r} must be column:class with a class of "
@@ -150,13 +162,15 @@ def labelled_examples(data: TextCompetition, spec: str) -> tuple[list[str], obje
             raise TextDataError(f"test_examples names {column!r}, which test.csv does not have; its columns: "
                                 f"{', '.join(map(str, data.test.columns[:12]))}")
         for frame in (data.train, data.test):
-            for text in frame[column].dropna().astype(str) if column in frame.columns else ():
+            for row in frame.to_dict("records") if column in frame.columns else ():
+                text = "" if pd.isna(row[column]) else str(row[column])
                 if text.strip() and text not in seen:
                     seen.add(text)
-                    texts.append(text)
+                    rows.append({**row, data.text_column: text})
                     labels.append(index[label])
                     from_test += frame is data.test
-    return texts, np.asarray(labels, dtype=np.int64), from_test
+    table = pd.DataFrame(rows) if rows else data.train.iloc[:0].copy()  # none: the training table's columns
+    return table, np.asarray(labels, dtype=np.int64), from_test
 
 
 def _table(folder: Path, name: str):

@@ -232,6 +232,22 @@ class CrossValidation:
         target, test_ids = self._written
         self._write(result.oof, result.test, {}, target, test_ids)
 
+    def ensemble(self, result: CVResult, name: str = "ensemble") -> dict:
+        """The models' non-negative weights summing to one, fitted in squared error
+        (``blend.nnls_weights``) on the rows the folds validated against the target ``run`` was
+        given; the weighted OOF and test predictions added as ``name`` (``add``). {model: weight}."""
+        from .blend import nnls_weights
+        if not result.complete:
+            raise ValueError("ensemble() needs every fold done: its weights are fitted on every fold's rows")
+        models = [m for m in result.oof if m != name]
+        flat = {m: result.oof[m].reshape(self.n, -1) for m in models}
+        seen = ~np.isnan(np.stack(list(flat.values()))).any(axis=(0, 2))
+        target = self._written[0].reshape(self.n, -1)[seen]
+        weights = nnls_weights(np.stack([flat[m][seen].reshape(-1) for m in models], 1), target.reshape(-1))
+        mix = lambda preds: sum(w * preds[m] for w, m in zip(weights, models))  # noqa: E731
+        self.add(result, name, mix(result.oof), mix(result.test) if set(models) <= set(result.test) else None)
+        return dict(zip(models, weights.tolist()))
+
     def _assemble(self, results: dict) -> tuple[dict, dict]:
         models = list(results[self.folds[0].index]["oof"])
         oof, test = {}, {}

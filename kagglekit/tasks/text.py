@@ -28,6 +28,7 @@ from ..parallel import ranks
 from ..parallel.loaders import to_device
 from ..readers.pretrained import quiet_transformers
 from ..run import metrics
+from . import prompts
 from .answerhead import AnswerTokenClassifier
 
 
@@ -36,15 +37,15 @@ class TokenizedTexts(Dataset):
 
     ``template``: each text put into a prompt (``"Post: {text}\nBreaks the rule? Answer:"``);
     a text too long is cut inside the prompt, so its question (what the answer-token head reads
-    after) always stays whole at the end."""
+    after) always stays whole at the end. Its other fields (``{rule}``) are filled from ``fields``,
+    a dict per text (``TextCompetition.fields``), and kept whole."""
 
-    def __init__(self, tokenizer, texts, max_length: int, labels=None, template: str = "{text}"):
-        if "{text}" not in template:
-            raise ValueError(f"prompt={template!r} has no {{text}}: write where the text goes, e.g. "
-                             "'Text: {text}\nAnswer:'")
+    def __init__(self, tokenizer, texts, max_length: int, labels=None, template: str = "{text}",
+                 fields: list[dict] | None = None):
         texts = [str(t) for t in texts]
+        prompts.check(template, fields, len(texts))
         if template != "{text}" and texts:
-            texts = _fit_into(tokenizer, texts, template, max_length)
+            texts = prompts.fit_into(tokenizer, texts, template, max_length, fields)
         self.ids = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"] if texts else []
         self.labels = None if labels is None else [int(v) for v in labels]
 
@@ -80,18 +81,6 @@ class TokenizedTexts(Dataset):
     def truncated(self, max_length: int) -> int:
         """Texts cut at ``max_length`` tokens."""
         return sum(n >= max_length for n in self.lengths)
-
-
-def _fit_into(tokenizer, texts: list[str], template: str, max_length: int) -> list[str]:
-    """``template`` around each text, the text cut to the tokens the prompt leaves free."""
-    frame = len(tokenizer(template.replace("{text}", ""))["input_ids"])
-    room = max_length - frame
-    if room < 1:
-        raise ValueError(f"prompt takes {frame} of max_length={max_length} tokens: no room for the text; "
-                         "raise max_length or shorten the prompt")
-    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    cut = [t if len(i) <= room else tokenizer.decode(i[:room]) for t, i in zip(texts, ids)]
-    return [template.replace("{text}", t) for t in cut]
 
 
 def collator(tokenizer):

@@ -85,7 +85,8 @@ def _require_published_models(names: list[str], owner: str) -> None:
     for name in names:
         meta = metadata.load(METADATA_DIR / f"{name}.json")
         if meta.get("weights_via") == "model":
-            models.require_published(metadata.load(METADATA_DIR / f"{meta['weights_from']}.json"), owner)
+            trained = meta["weights_from"]
+            models.require_published(trained, metadata.load(METADATA_DIR / f"{trained}.json"), owner)
 
 
 def _push_one(name: str, folder: Path, accelerator: str) -> tuple[str, str, str]:
@@ -184,8 +185,8 @@ def output_all(names: list[str], output_root: str, force: bool, version: int | N
 
 
 def fetch_version(kernel: str, version: int, dest: Path) -> list[Path]:
-    """Version ``version`` of ``kernel``'s output into ``dest`` (replaced whole once the download is
-    complete: a failed one leaves the earlier copy as it was)."""
+    """Version ``version`` of ``kernel``'s output into ``dest``, once the download is complete (a
+    failed one leaves an earlier copy as it was)."""
     import shutil
 
     import kagglehub
@@ -201,8 +202,11 @@ def fetch_version(kernel: str, version: int, dest: Path) -> list[Path]:
     shutil.rmtree(partial / ".complete", ignore_errors=True)  # kagglehub's own marker, not the run's
     atomic.write_json(partial / "kaggle.json", {"version": version, "status": "fetched by version number",
                                                 "time": time.time()})
-    shutil.rmtree(dest, ignore_errors=True)
-    partial.rename(dest)
+    if dest.exists():  # fetched before (by make output, with its log): updated, nothing of it dropped
+        shutil.copytree(partial, dest, dirs_exist_ok=True)
+        shutil.rmtree(partial)
+    else:
+        partial.rename(dest)
     return sorted(p for p in dest.rglob("*") if p.is_file() and p.name != "kaggle.json")
 
 

@@ -27,10 +27,11 @@ class ModelPublishError(RuntimeError):
     """Kaggle refused the model upload, or the new version never appeared."""
 
 
-def require_published(trained: dict, owner: str) -> None:
-    """Before a push: a kernel attaching ``trained``'s weights as a Model attaches a version that
-    exists. Without a record here (another machine, ``make clean``), Kaggle's current version is
-    asked for and recorded; with none there either, refused by name before any upload."""
+def require_published(name: str, trained: dict, owner: str) -> None:
+    """Before a push: a kernel attaching kernel ``name``'s weights (``trained``: its metadata) as a
+    Model attaches a version that exists. Without a record here (another machine, ``make clean``),
+    Kaggle's current version is asked for and recorded; with none there either, refused by name
+    before any upload."""
     if model_record(trained) is not None:
         return
     model = model_handle(owner, trained)
@@ -38,7 +39,7 @@ def require_published(trained: dict, owner: str) -> None:
     if version == 0:
         raise metadata.MetadataError(
             f"{model} has no version on Kaggle (and none is recorded in {model_record_path(trained)}): "
-            f"make publish NB={trained.get('notebook', trained['slug'])} TO=model first")
+            f"make publish NB={name} TO=model first")
     atomic.write_json(model_record_path(trained), {"handle": model, "version": version, "files": None})
 
 
