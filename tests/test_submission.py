@@ -89,3 +89,15 @@ def test_a_declared_schema_checks_a_submission_without_a_sample(tmp_path):
     with pytest.raises(SubmissionError):
         submission.write(frame.assign(probability=np.nan), tmp_path / "bad.csv", schema)
     assert not (tmp_path / "bad.csv").exists()  # checked before anything is written
+
+
+def test_a_classifications_logits_become_its_submission_by_threshold_or_most_likely_class():
+    import torch
+
+    from kagglekit.run.submission import from_logits
+    binary = from_logits([7, 8, 9], torch.tensor([[-1.0], [0.3], [2.0]]), threshold=0.3, id_column="node")
+    assert list(binary.columns) == ["node", "predicted", "probability"]
+    assert binary["predicted"].tolist() == [0, 1, 1]  # from the threshold on, not from 0.5
+    assert np.allclose(binary["probability"], torch.sigmoid(torch.tensor([-1.0, 0.3, 2.0])).numpy())
+    several = from_logits(["a", "b"], torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 0.0]]))
+    assert list(several.columns) == ["id", "predicted"] and several["predicted"].tolist() == [1, 0]

@@ -132,3 +132,15 @@ def serve(folder, predict, fallback, deadline_s: float, *, margin_s: float | Non
     server = inference_server(folder)(served)
     server.serve() if competition_rerun() else server.run_local_gateway(data_paths)
     return served.report()
+
+
+def submit(predictions, fallback, folder, keys: list[str], target: str, path: Path | str, deadline_s: float) -> dict:
+    """``predictions`` (a table of ``keys`` and ``target``) as the competition in ``folder`` takes
+    them: behind its inference server when it ships one (``serve``: the gateway asks one batch at
+    a time, and ``fallback``, a table alike, answers a batch the model is late for), else written
+    to ``path`` in its file format (``submission.write_for``). What was done, for metrics.json."""
+    if inference_server(folder) is None:
+        from .submission import write_for
+        return write_for(predictions, folder, keys, target, path)
+    report = serve(folder, lookup(predictions, keys, target), lookup(fallback, keys, target), deadline_s)
+    return {**report, "file": Path(path).name, "served": True}

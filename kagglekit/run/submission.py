@@ -253,3 +253,19 @@ def from_columns(folder, ids, values, classes: list | None = None):
                                   f"classes {list(classes or [])[:8]} (or several)")
         frame[column] = values[:, match[0]]
     return frame, schema
+
+
+def from_logits(ids, logits, threshold: float = 0.0, id_column: str = "id"):
+    """A classification's submission from its logits, a row per id: one logit per row (a binary
+    label) is positive from ``threshold`` on (the best-F1 one chosen on validation), its
+    probability beside it; several logits per row: the most likely class."""
+    import numpy as np
+    import pandas as pd
+    import torch
+    scores = torch.as_tensor(logits).reshape(len(ids), -1).float()
+    binary = scores.shape[1] == 1
+    predicted = (scores[:, 0] >= threshold).long() if binary else scores.argmax(1)
+    frame = pd.DataFrame({id_column: np.asarray(ids), "predicted": predicted.numpy()})
+    if binary:
+        frame["probability"] = torch.sigmoid(scores[:, 0]).numpy()
+    return frame
