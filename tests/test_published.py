@@ -45,6 +45,8 @@ def test_make_publish_uploads_the_final_weights_without_optimizer_state_and_thei
         done = _cli("publish", "segmentation_3d", "--run", str(run), env=env)
         assert done.returncode == 0, done.stderr
         assert f"{WEIGHTS}: created" in done.stdout and "without optimizer state" in done.stdout
+        again = _cli("publish", "segmentation_3d", "--run", str(run), env=env)
+        assert f"{WEIGHTS}: unchanged" in again.stdout and len(kaggle.datasets[WEIGHTS]["versions"]) == 1
         uploaded = kaggle.datasets[WEIGHTS]["versions"][-1]
         assert kaggle.datasets[WEIGHTS]["private"]
     assert set(uploaded) == {"checkpoints.zip", "metrics.json", "kagglekit-manifest.json"}

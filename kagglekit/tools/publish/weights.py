@@ -115,4 +115,5 @@ def publish(name: str, run: str = "", optimizer: bool = False, message: str = ""
         {"title": f"{meta['title']} weights", "id": ref, "licenses": [{"name": "other"}],
          "description": f"make publish NB={name}: {manifest['source']}"}, indent=2) + "\n")
     return wheels.publish_folder(folder, ref, manifest["files"], message or f"make publish: {manifest['source']}",
-                                 dir_mode="zip")
+                                 dir_mode="zip", record=folder.with_name(f"{folder.name}.dataset.json"))  # beside:
+    # the folder is rebuilt every time, and a record inside it would never say "unchanged"
