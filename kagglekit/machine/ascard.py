@@ -68,7 +68,11 @@ def confine(device) -> None:
         return
     import torch
     device = torch.device(device)
-    if device.type != "cuda" or device in _confined:
+    if device.type != "cuda":
+        return
+    if device.index is None:  # "cuda": the current card (the allocator's cap needs its index)
+        device = torch.device("cuda", torch.cuda.current_device())
+    if device in _confined:
         return
     total = torch.cuda.get_device_properties(device).total_memory
     torch.cuda.set_per_process_memory_fraction(min(1.0, imitated.memory_gib * 2**30 / total), device)
