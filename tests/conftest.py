@@ -1,5 +1,6 @@
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,8 @@ def cuda_here() -> bool:
 
 
 _CHECKOUT = pytest.StashKey[set]()
+_TEMP = pytest.StashKey[set]()
+TEMP_LEAK_LIMIT = 50 * 2**20  # the kit's own caches of built-in data there are a few MB in all
 
 
 def _new_files() -> set[str]:
@@ -41,19 +44,52 @@ def _new_files() -> set[str]:
             and "__pycache__" not in line}
 
 
+def _temp_entries() -> set[str]:
+    """What the system's temp folder holds, pytest's own folders aside (their retention is
+    pytest's: tmp_path_retention_policy)."""
+    return {p.name for p in Path(tempfile.gettempdir()).iterdir() if not p.name.startswith("pytest-of-")}
+
+
+def _bytes_under(path: Path) -> int:
+    """Bytes of the files under ``path`` (os.walk: what vanishes meanwhile is skipped)."""
+    files = [path] if path.is_file() else [Path(d, f) for d, _, names in os.walk(path) for f in names]
+    total = 0
+    for f in files:
+        try:
+            total += 0 if f.is_symlink() else f.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
 def pytest_sessionstart(session):
     if not hasattr(session.config, "workerinput"):  # the controller, once per run
         session.config.stash[_CHECKOUT] = _new_files()
+        session.config.stash[_TEMP] = _temp_entries()
+
+
+def _temp_left_behind(before: set[str]) -> list[tuple[int, str]]:
+    """The largest things the session left in the temp folder, when they pass the limit: a
+    runner that keeps /tmp between jobs (CI's does) fills up run after run."""
+    root = Path(tempfile.gettempdir())
+    left = sorted(((_bytes_under(root / name), name) for name in _temp_entries() - before), reverse=True)
+    return left if sum(size for size, _ in left) > TEMP_LEAK_LIMIT else []
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """The suite as a whole leaves the checkout as it found it (tests write into tmp_path)."""
+    """The suite as a whole leaves the checkout as it found it (tests write into tmp_path), and
+    the temp folder without what fills a disk."""
     before = session.config.stash.get(_CHECKOUT, None)
     if before is None:
         return
     added = sorted(_new_files() - before)
     if added:
         print(f"\nthe tests wrote into the checkout: {added[:10]}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    left = _temp_left_behind(session.config.stash[_TEMP])
+    if left:
+        print(f"\nthe tests left {sum(n for n, _ in left) / 2**20:.0f} MiB in {tempfile.gettempdir()}: "
+              f"{[(name, f'{n / 2**20:.1f} MiB') for n, name in left[:10]]}", file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

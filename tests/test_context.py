@@ -2,6 +2,8 @@
 launched ranks; it is passed explicitly, never installed in a module."""
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -144,3 +146,36 @@ def test_data_dir_as_owner_slug_finds_the_attached_dataset_in_either_layout(tmp_
         (None if layout.startswith("datasets/") else root / layout)
     with pytest.raises(kk.context.DataDirError, match="not-attached.*dataset_sources"):
         _start(data_dir="ellipticco/not-attached")  # checked by kk.start, before any work
+
+
+def _scratch_in_a_process(tmp_path, kill: bool) -> Path:
+    """A notebook process making its scratch; ``kill``: it dies by SIGKILL, its exit handlers
+    never run (what a kernel killed at shutdown leaves)."""
+    script = f"""
+import json, os, signal
+import kagglekit as kk
+run = kk.start(dict({DECLARED!r}), "policy", declared=dict({DECLARED!r}), verbose=False)
+folder = run.scratch("cycles")
+(folder / "save-20").write_bytes(b"x" * 1024)
+assert run.scratch("cycles") == folder and (folder / "save-20").exists()  # one folder per session
+print(json.dumps(str(folder)), flush=True)
+if {kill!r}:
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+    env = {**os.environ, "KAGGLEKIT_OUTPUT": str(tmp_path / "out"), "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == (-9 if kill else 0), done.stderr
+    return Path(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_the_scratch_folder_is_there_for_the_run_and_gone_when_its_process_exits(tmp_path):
+    """A study's savepoints are not outputs: a machine that keeps its temp folder (a CI runner,
+    a laptop) must not fill up with them run after run."""
+    folder = _scratch_in_a_process(tmp_path, kill=False)
+    assert folder.is_relative_to(tmp_path / "tmp") and "policy" in folder.parent.name
+    assert list((tmp_path / "tmp").iterdir()) == []
+    killed = _scratch_in_a_process(tmp_path, kill=True)  # no exit handler ran: its scratch stays
+    assert (killed / "save-20").exists()
+    _scratch_in_a_process(tmp_path, kill=False)  # the next run's scratch takes the dead one's along
+    assert list((tmp_path / "tmp").iterdir()) == []

@@ -1,6 +1,8 @@
 """Notebooks: committed clean, and each runs under papermill with smoke parameters."""
 import json
 import math
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -447,9 +449,15 @@ def test_timeseries_folds_validate_later_than_they_train_and_finish_in_the_next_
 
 
 @pytest.mark.slow
-def test_gpu_utilization_measures_each_strategy_and_says_what_it_skipped(tmp_path):
-    out = run_notebook(REPO / "notebooks" / "gpu_utilization.ipynb", {"smoke": True},
-                       output_dir=tmp_path / "gpu", progress=False)
+def test_gpu_utilization_measures_each_strategy_and_says_what_it_skipped(tmp_path, monkeypatch):
+    temp = Path(tempfile.mkdtemp(prefix="kkgu-"))  # short: AF_UNIX socket paths stop at 108 bytes
+    monkeypatch.setenv("TMPDIR", str(temp))  # the kernel's temp folder
+    try:
+        out = run_notebook(REPO / "notebooks" / "gpu_utilization.ipynb", {"smoke": True},
+                           output_dir=tmp_path / "gpu", progress=False)
+        assert not list(temp.glob("kagglekit-scratch-*"))  # the savepoints went with the kernel
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     m = _metrics(out)
     measured = {r["strategy"]: r for r in m["strategies"]}
     import torch

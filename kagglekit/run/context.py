@@ -14,9 +14,12 @@ run must agree on is decided there, once, and travels in the ``Run`` it returns:
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -32,6 +35,9 @@ from .report import Report, save_figure, what_it_did  # noqa: F401 (kk.context.s
 
 WORK_CAP_ENV = "KAGGLEKIT_WORK_CAP"  # set by `make sandbox`: optimizer steps per fit at most
 RERUN_HOURS = 9.0  # a code competition's usual cap on its scoring rerun (the parameter wins)
+
+
+SCRATCH = "kagglekit-scratch-"  # then the notebook process's pid: whose scratch it is
 
 
 class DataDirError(FileNotFoundError):
@@ -139,6 +145,23 @@ class Run(Report):
         return dataclasses.replace(self, output_dir=output, metrics={}, _cache=None,
                                    previous=_previous_metrics(output))
 
+    def scratch(self, name: str) -> Path:
+        """A folder for files the run needs but never keeps (a study's savepoints): under
+        /kaggle/temp on Kaggle (larger than the saved output, not saved), else the system's
+        temp folder. It goes when the notebook's process exits; the scratch of a process that
+        died without its exit handlers (a kernel killed at shutdown) goes with the next run's,
+        so no run fills a machine that keeps /tmp (a CI runner, a laptop)."""
+        here = self.env.where
+        root = here.root / "temp" if here.on_kaggle else Path(tempfile.gettempdir())
+        session = root / f"{SCRATCH}{self.pid}-{self.name}-{self.session}"
+        if not session.exists():
+            _remove_dead_scratch(root)
+            if os.getpid() == self.pid:
+                atexit.register(shutil.rmtree, session, ignore_errors=True)
+        folder = session / name
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
     def checkpoints(self, name: str = "model", *, config: dict | None = None, model=None,
                     **kwargs) -> CheckpointManager:
         """The checkpoints of fit ``name``: ``<output>/checkpoints/<name>``, also found in the
@@ -242,3 +265,21 @@ def start(namespace: dict, name: str, *, smoke: dict | None = None,
               "left under the competition's cap; predicting the hidden test set only")
     run.save_metrics()
     return run
+
+
+def _remove_dead_scratch(root: Path) -> None:
+    """The scratch folders under ``root`` whose notebook process no longer runs."""
+    for folder in root.glob(f"{SCRATCH}*"):
+        pid = folder.name[len(SCRATCH):].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
