@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CHECKS = (("notebooks", 200), ("resume", 90), ("oom", 60), ("graphs", 60), ("lora", 60),
+CHECKS = (("notebooks", 240), ("resume", 90), ("oom", 60), ("graphs", 60), ("lora", 60),
           ("precision", 90), ("nccl", 60), ("gpu_tests", 180))  # most fault-prone first
 CANNOT = ("two NCCL ranks and cuda:1 (one card)", "the T4's own speed and numerics",
           "PCIe between two cards", "Kaggle's 4 vCPUs and 29 GB host memory")
@@ -42,15 +42,22 @@ def run_check(name: str, limit_s: int, env: dict) -> dict:
         done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_checks" / f"{name}.py")],
                               cwd=REPO, env=env, capture_output=True, text=True, timeout=limit_s)
         out, code = done.stdout + done.stderr, done.returncode
-    except subprocess.TimeoutExpired as err:
-        out, code = f"{err.stdout or ''}{err.stderr or ''}", None
+    except subprocess.TimeoutExpired as err:  # its output so far comes as bytes, whatever text= said
+        out, code = "".join(_text(b) for b in (err.stdout, err.stderr)), None
     ended = f"over {limit_s} s" if code is None else f"exit {code}"
     verdict = next((json.loads(line[7:]) for line in reversed(out.splitlines()) if line.startswith("RESULT ")),
-                   {"ok": False, "error": f"no verdict ({ended})"})
+                   None)
+    if verdict is None:  # killed: the parts it reported on the way (a notebook's row each)
+        verdict = {"ok": False, "error": f"no verdict ({ended})",
+                   "parts": [json.loads(line[5:]) for line in out.splitlines() if line.startswith("PART ")]}
     verdict.update(check=name, seconds=round(time.monotonic() - started, 1))
     if not verdict["ok"]:
         verdict["tail"] = out.strip().splitlines()[-12:]
     return verdict
+
+
+def _text(output) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 def block(found: dict, results: list[dict]) -> str:

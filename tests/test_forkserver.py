@@ -250,3 +250,37 @@ def test_an_xgboost_model_comes_back_from_isolated_set_to_predict_on_the_cpu(mon
     assert json.loads(booster.save_config())["learner"]["generic_param"]["device"] == "cpu"
     np.testing.assert_allclose(booster.predict(xgb.DMatrix(x)),
                                _train_xgboost(x).predict(xgb.DMatrix(x)), rtol=1e-6)
+
+
+class _Quiet:
+    """A child as the supervisor sees it: a sentinel never ready, nothing to stop."""
+
+    def __init__(self):
+        self.sentinel, self._write_end = os.pipe()
+
+    def is_alive(self):
+        return False
+
+    def join(self, timeout=None):
+        pass
+
+
+def test_a_peer_s_lost_connection_read_before_a_restart_request_still_restarts():
+    """A rank out of memory asks for the restart and leaves; its peer's collective fails on the
+    closed connection. Read in rank order, the peer's error came first on a lent H100 and ended
+    the launch; it must be the restart."""
+    import multiprocessing
+    import pickle
+    pipes = [multiprocessing.Pipe(duplex=False) for _ in range(2)]
+    pipes[1][1].send_bytes(pickle.dumps(("restart", 1, ("rank 1 ran out of CUDA memory", {"K": "1"}))))
+    pipes[0][1].send_bytes(pickle.dumps(("error", 0, "RuntimeError: Connection closed by peer")))
+    supervisor = forked._Supervisor([_Quiet(), _Quiet()], [r for r, _ in pipes], "rank", heartbeat.Watch(2, 60))
+    with pytest.raises(forked.Restarting, match="ran out of CUDA memory") as restart:
+        supervisor.run(timeout_s=5)
+    assert restart.value.env == {"K": "1"}
+    pipes = [multiprocessing.Pipe(duplex=False) for _ in range(2)]  # an error alone stays the error
+    pipes[0][1].send_bytes(pickle.dumps(("error", 0, "ValueError: a bug in the rank")))
+    pipes[1][1].send_bytes(pickle.dumps(("beat", 1, ("fit.py:10", 1.0))))
+    supervisor = forked._Supervisor([_Quiet(), _Quiet()], [r for r, _ in pipes], "rank", heartbeat.Watch(2, 60))
+    with pytest.raises(forked.LaunchError, match="a bug in the rank"):
+        supervisor.run(timeout_s=5)

@@ -57,3 +57,16 @@ def test_an_altered_wheel_is_refused_before_anything_is_installed(tmp_path):
     (tmp_path / "manifest.json").unlink()
     with pytest.raises(setup.BundleError, match="no manifest.json: run `make gpu-bundle` first"):
         setup.verified(tmp_path)
+
+
+def test_a_check_killed_at_its_limit_keeps_the_rows_it_reported(tmp_path, monkeypatch):
+    """The notebooks check ran past its limit on a lent H100 and came back with no row at all."""
+    import gpu_check
+    checks = tmp_path / "benchmarks" / "gpu_checks"
+    checks.mkdir(parents=True)
+    (checks / "slow.py").write_text("import time\nprint('PART {\"notebook\": \"quickstart\", \"ok\": true}', "
+                                    "flush=True)\ntime.sleep(60)\n")
+    monkeypatch.setattr(gpu_check, "REPO", tmp_path)
+    verdict = gpu_check.run_check("slow", 3, None)
+    assert verdict["ok"] is False and verdict["error"] == "no verdict (over 3 s)"
+    assert verdict["parts"] == [{"notebook": "quickstart", "ok": True}]

@@ -175,8 +175,9 @@ class _Supervisor:
         pointer = ranklog.pointer(rank) if rank is not None else ""
         return LaunchError(f"{message}; all {self.what}s were stopped{pointer}")
 
-    def receive(self, rank: int) -> None:
-        """Every report waiting on ``rank``'s pipe: beats noted, an outcome kept or raised."""
+    def reports(self, rank: int):
+        """(status, body) of every report waiting on ``rank``'s pipe until its outcome; beats
+        are noted here, outcomes kept (restarts and errors are the caller's)."""
         conn = self.conns[rank]
         while rank not in self.outcomes and conn.poll():
             try:
@@ -185,16 +186,35 @@ class _Supervisor:
                 return
             if status == "beat":
                 self.watch.beat(rank, *body)
-            elif status == "error":
-                _stop(self.procs)
-                raise LaunchError(f"{self.what} {rank} failed{ranklog.pointer(rank)}:\n{body}")
-            elif status == "restart":
-                _stop(self.procs)  # the others may be stuck in a collective: SIGKILL after the grace
-                raise Restarting(*body)
             elif status == "unfinished":  # an outcome: the others are saving at the same step
                 self.outcomes[rank] = Unfinished(body)
-            else:
+            elif status == "ok":
                 self.outcomes[rank] = body
+            yield status, body
+
+    def receive(self, rank: int) -> None:
+        """Every report waiting on ``rank``'s pipe: beats noted, an outcome kept or raised."""
+        for status, body in self.reports(rank):
+            if status == "error":
+                restart = self.restart_sent(but=rank)
+                _stop(self.procs)
+                if restart is not None:  # the error followed: its collective lost the rank that left
+                    raise Restarting(*restart)
+                raise LaunchError(f"{self.what} {rank} failed{ranklog.pointer(rank)}:\n{body}")
+            if status == "restart":
+                _stop(self.procs)  # the others may be stuck in a collective: SIGKILL after the grace
+                raise Restarting(*body)
+
+    def restart_sent(self, but: int):
+        """A restart another rank already asked for, else None. A rank leaving for a restart
+        reports before its sockets close, so the error it causes in a peer's collective
+        ("Connection closed by peer") always reaches the pipes after its request; read in
+        rank order, the peer's error can come first (a lent H100's two ranks on one card)."""
+        for other in range(len(self.conns)):
+            for status, body in self.reports(other) if other != but else ():
+                if status == "restart":
+                    return body
+        return None
 
     def run(self, timeout_s: float | None, every: bool = False):
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
