@@ -1,4 +1,5 @@
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -32,6 +33,7 @@ def cuda_here() -> bool:
 _CHECKOUT = pytest.StashKey[set]()
 _TEMP = pytest.StashKey[set]()
 TEMP_LEAK_LIMIT = 50 * 2**20  # the kit's own caches of built-in data there are a few MB in all
+TEMP_NEEDED = 2 * 2**30  # a session writes about 1 GB there before pytest removes passed tests' folders
 
 
 def _new_files() -> set[str]:
@@ -64,8 +66,20 @@ def _bytes_under(path: Path) -> int:
 
 def pytest_sessionstart(session):
     if not hasattr(session.config, "workerinput"):  # the controller, once per run
+        _enough_temp_space()
         session.config.stash[_CHECKOUT] = _new_files()
         session.config.stash[_TEMP] = _temp_entries()
+
+
+def _enough_temp_space() -> None:
+    """A full temp folder fails tests at random, deep in a fixture ("No space left on device"
+    in mkdir): say so once, first, with the fix."""
+    temp = tempfile.gettempdir()
+    free = shutil.disk_usage(temp).free
+    if free < TEMP_NEEDED:
+        pytest.exit(f"the temp folder {temp} has {free / 2**30:.1f} GB free and the suite needs about "
+                    f"{TEMP_NEEDED / 2**30:.0f} GB there: free some (old pytest-of-* folders, clones) or point "
+                    "TMPDIR at a larger disk", returncode=1)
 
 
 def _temp_left_behind(before: set[str]) -> list[tuple[int, str]]:
