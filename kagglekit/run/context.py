@@ -148,9 +148,11 @@ class Run(Report):
     def scratch(self, name: str) -> Path:
         """A folder for files the run needs but never keeps (a study's savepoints): under
         /kaggle/temp on Kaggle (larger than the saved output, not saved), else the system's
-        temp folder. It goes when the notebook's process exits; the scratch of a process that
-        died without its exit handlers (a kernel killed at shutdown) goes with the next run's,
-        so no run fills a machine that keeps /tmp (a CI runner, a laptop)."""
+        temp folder. It goes when the notebook's process exits. A kernel can die without its
+        exit handlers: papermill's kernel manager SIGTERMs one still alive 2.5 s after the last
+        cell, and ipykernel 7 first waits for its children (multiprocessing's resource tracker
+        ignores SIGTERM). That scratch goes with the next run's, so no run fills a machine that
+        keeps /tmp (a CI runner, a laptop)."""
         here = self.env.where
         root = here.root / "temp" if here.on_kaggle else Path(tempfile.gettempdir())
         session = root / f"{SCRATCH}{self.pid}-{self.name}-{self.session}"
