@@ -84,7 +84,7 @@ def _enough_temp_space() -> None:
 
 def _temp_left_behind(before: set[str]) -> list[tuple[int, str]]:
     """The largest things the session left in the temp folder, when they pass the limit: a
-    runner that keeps /tmp between jobs (CI's does) fills up run after run."""
+    runner that keeps /tmp between jobs (CI's did) fills up run after run."""
     root = Path(tempfile.gettempdir())
     left = sorted(((_bytes_under(root / name), name) for name in _temp_entries() - before), reverse=True)
     return left if sum(size for size, _ in left) > TEMP_LEAK_LIMIT else []

@@ -35,8 +35,6 @@ from .report import Report, save_figure, what_it_did  # noqa: F401 (kk.context.s
 
 WORK_CAP_ENV = "KAGGLEKIT_WORK_CAP"  # set by `make sandbox`: optimizer steps per fit at most
 RERUN_HOURS = 9.0  # a code competition's usual cap on its scoring rerun (the parameter wins)
-
-
 SCRATCH = "kagglekit-scratch-"  # then the notebook process's pid: whose scratch it is
 
 
