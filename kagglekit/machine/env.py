@@ -12,6 +12,7 @@ import os
 import platform
 import random
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +30,11 @@ class Where:
     run_type: str  # "Interactive", "Batch", or "local"
     root: Path | None  # the Kaggle-like root, None locally
     simulated: bool = False
+
+    @property
+    def temp(self) -> Path:
+        """The large disk that is not saved: /kaggle/temp on Kaggle, else the system's temp folder."""
+        return self.root / "temp" if self.on_kaggle else Path(tempfile.gettempdir())
 
     @property
     def input_roots(self) -> list[Path]:

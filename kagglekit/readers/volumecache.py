@@ -51,7 +51,7 @@ class VolumeCache:
         from ..machine import env
         here = env.where()
         if here.on_kaggle:
-            return cls(here.root / "temp" / "kagglekit-volumes", budget_bytes)
+            return cls(here.temp / "kagglekit-volumes", budget_bytes)
         return cls(Path(output_dir) / "cache" / "volumes", budget_bytes)
 
     def key(self, volume: TiffVolume) -> str:

@@ -19,7 +19,6 @@ import dataclasses
 import json
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -151,8 +150,7 @@ class Run(Report):
         cell, and ipykernel 7 first waits for its children (multiprocessing's resource tracker
         ignores SIGTERM). That scratch goes with the next run's, so no run fills a machine that
         keeps /tmp (a CI runner, a laptop)."""
-        here = self.env.where
-        root = here.root / "temp" if here.on_kaggle else Path(tempfile.gettempdir())
+        root = self.env.where.temp
         session = root / f"{SCRATCH}{self.pid}-{self.name}-{self.session}"
         if not session.exists():
             _remove_dead_scratch(root)
