@@ -40,3 +40,30 @@ def test_validate_returns_values_and_widens_ints_for_float_parameters():
           "smoke": False, "data_dir": "", "name": "x"}
     values = params.validate(ns)
     assert values["lr"] == 1.0 and isinstance(ns["lr"], float)
+
+
+CHOICES_CELL = ('conv = "gcn"  # graph convolution: gcn (Kipf & Welling) | sage (GraphSAGE, mean aggregation)\n'
+                'metric = "map@3"  # the competition\'s: auc | logloss | map@3\n'
+                'graphs = "off"  # [run] off | auto | strict: replay as CUDA graphs\n'
+                'note = "a"  # either a | b, as prose: the default is not among its first words\n'
+                'name = "x"  # free text\n')
+
+
+def test_choices_are_read_from_the_parameters_comments():
+    assert params.choices(CHOICES_CELL) == {"conv": ["gcn", "sage"], "metric": ["auc", "logloss", "map@3"],
+                                            "graphs": ["off", "auto", "strict"]}
+
+
+def test_a_value_outside_its_declared_choices_is_refused_with_the_nearest_one():
+    declared, allowed = params.assignments(CHOICES_CELL), params.choices(CHOICES_CELL)
+    params.check(declared, {"conv": "sage", "metric": "logloss", "name": "anything", "note": "c"}, allowed)
+    with pytest.raises(ParameterError, match=r"'conv' = 'sag' is not one of its choices \(did you mean "
+                                             r"'sage'\? choose from gcn \| sage\)"):
+        params.check(declared, {"conv": "sag"}, allowed)
+
+
+def test_the_kernel_refuses_an_undeclared_choice_before_the_run_starts():
+    ns = {"In": ["", CHOICES_CELL, "# Parameters\ngraphs = 'always'\n"], **params.assignments(CHOICES_CELL)}
+    ns["graphs"] = "always"
+    with pytest.raises(ParameterError, match="'graphs' = 'always'.*off \\| auto \\| strict"):
+        params.validate(ns)

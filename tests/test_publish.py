@@ -59,6 +59,8 @@ def test_every_notebook_has_valid_metadata(notebook):
     ({"enable_gpu": True}, "enable_gpu", "unknown field"),
     ({"weights_via": "model"}, "weights_via", "beside a weights_from"),
     ({"weights_via": "hub", "weights_from": "quickstart"}, "weights_via", "\"dataset\" (make publish) or"),
+    ({"parameters": {"epcohs": 3}}, "parameters", "'epcohs' is not a parameter of quickstart.ipynb"),
+    ({"sandbox": {"precision": "fp61"}}, "sandbox", "precision='fp61' is not one of auto | fp32 | fp16 | bf16"),
 ])
 def test_each_metadata_rule_names_the_file_field_and_fix(tmp_path, change, field, fix):
     path = tmp_path / "quickstart.json"

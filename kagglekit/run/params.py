@@ -11,13 +11,14 @@ from __future__ import annotations
 import ast
 import difflib
 import io
+import re
 import tokenize
 
 from ..machine.display import INJECTED_MARK
 from ..state.identity import ALWAYS_RUN_CONTROL, DEFAULT_RUN_CONTROL
 
 RUN_MARK = "[run]"  # a parameter's comment starting with it: run control, not identity
-
+_CHOICE_WORD = re.compile(r"[\w@.+-]+")  # a declared choice: gcn, map@3, bf16, answer_token
 
 
 class ParameterError(ValueError):
@@ -78,23 +79,51 @@ def from_history(history: list[str]) -> tuple[dict, dict]:
     return (assignments(declared) if declared else {}), (assignments(injected) if injected else {})
 
 
-def marked_run_control(source: str) -> set[str]:
-    """Names assigned on lines whose comment starts with ``[run]``: parameters that say how
-    long or how a run goes, not what it is (``epochs = 8  # [run] passes over the data``)."""
+def _commented(source: str) -> dict[str, str]:
+    """``name -> its line's comment`` (without ``#``) for every top-level assignment."""
     comments = {}
     try:
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
             if tok.type == tokenize.COMMENT:
                 comments[tok.start[0]] = tok.string.lstrip("#").strip()
-    except (tokenize.TokenError, IndentationError):
-        return set()
-    names = set()
-    for node in ast.parse(source).body:
+        body = ast.parse(source).body
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return {}
+    found = {}
+    for node in body:
         targets = node.targets if isinstance(node, ast.Assign) else \
             [node.target] if isinstance(node, ast.AnnAssign) else []
-        if comments.get(node.lineno, "").startswith(RUN_MARK):
-            names |= {t.id for t in targets if isinstance(t, ast.Name)}
-    return names
+        found.update({t.id: comments.get(node.lineno, "") for t in targets if isinstance(t, ast.Name)})
+    return found
+
+
+def marked_run_control(source: str) -> set[str]:
+    """Names assigned on lines whose comment starts with ``[run]``: parameters that say how
+    long or how a run goes, not what it is (``epochs = 8  # [run] passes over the data``)."""
+    return {name for name, comment in _commented(source).items() if comment.startswith(RUN_MARK)}
+
+
+def _first_word(text: str) -> str:
+    match = _CHOICE_WORD.match(text.strip())
+    return match.group(0) if match else ""
+
+
+def choices(source: str) -> dict[str, list[str]]:
+    """``name -> its allowed values`` for the text parameters whose comment lists them with
+    ``|``: ``conv = "gcn"  # graph convolution: gcn (Kipf & Welling) | sage (GraphSAGE)``.
+    Each alternative's first word is a value (the first may follow a ``label:``); a list that
+    does not hold the default is prose, not a declaration, and declares nothing."""
+    declared, found = assignments(source), {}
+    for name, comment in _commented(source).items():
+        default = declared.get(name)
+        parts = comment.removeprefix(RUN_MARK).split(" | ")
+        if not isinstance(default, str) or len(parts) < 2:
+            continue
+        head = parts[0] if _first_word(parts[0]) == default else parts[0].rpartition(": ")[2]
+        values = [_first_word(head)] + [_first_word(p) for p in parts[1:]]
+        if default in values and all(values):
+            found[name] = values
+    return found
 
 
 def run_control(source: str) -> frozenset:
@@ -114,8 +143,9 @@ def _type_ok(default, value) -> bool:
     return isinstance(value, type(default))
 
 
-def check(declared: dict, injected: dict) -> None:
-    """Raise ParameterError naming every unknown or mistyped injected parameter."""
+def check(declared: dict, injected: dict, allowed: dict | None = None) -> None:
+    """Raise ParameterError naming every unknown, mistyped or undeclared-choice injected
+    parameter (``allowed``: ``choices`` of the parameters cell)."""
     problems = []
     for name, value in injected.items():
         if name not in declared:
@@ -125,6 +155,11 @@ def check(declared: dict, injected: dict) -> None:
         elif not _type_ok(declared[name], value):
             problems.append(f"parameter {name!r} = {value!r} is a {type(value).__name__}, but its "
                             f"default {declared[name]!r} is a {type(declared[name]).__name__}")
+        elif value not in (allowed or {}).get(name, [value]):
+            near = difflib.get_close_matches(str(value), allowed[name], n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            problems.append(f"parameter {name!r} = {value!r} is not one of its choices ({hint}"
+                            f"choose from {' | '.join(allowed[name])})")
     if problems:
         raise ParameterError("; ".join(problems) + ". Fix the name or value given to papermill "
                              "(-p NAME VALUE) or to `make run P=...`.")
@@ -143,7 +178,7 @@ def read(namespace: dict, declared: dict | None = None) -> tuple[dict, frozenset
         source, injected_source = cells(list(namespace.get("In", [])) or _ipython_history())
         declared = assignments(source) if source else {}
         injected = assignments(injected_source) if injected_source else {}
-    check(declared, injected)
+    check(declared, injected, choices(source) if source else None)
     values = {name: namespace.get(name, default) for name, default in declared.items()}
     for name, default in declared.items():  # an int given for a float parameter
         if isinstance(default, float) and isinstance(values[name], int):

@@ -65,10 +65,12 @@ def declared_parameters(notebook: Path | str) -> dict:
 
 
 def check_parameters(notebook: Path | str, overrides: dict) -> dict:
-    """The notebook's defaults updated with ``overrides``; unknown or mistyped names
-    raise ParameterError ("did you mean ...") before any kernel starts."""
-    declared = declared_parameters(notebook)
-    params_mod.check(declared, overrides)
+    """The notebook's defaults updated with ``overrides``; unknown or mistyped names, and values
+    outside a parameter's declared choices, raise ParameterError ("did you mean ...") before any
+    kernel starts."""
+    source = parameters_source(notebook)
+    declared = params_mod.assignments(source)
+    params_mod.check(declared, overrides, params_mod.choices(source))
     return declared
 
 

@@ -138,9 +138,12 @@ def _check_criteria(criteria, problems: list) -> None:
 
 def _check_parameters(meta: dict, notebook: Path, problems: list) -> None:
     """``parameters`` (Kaggle's values) and ``sandbox`` (the amounts ``make sandbox`` shrinks)
-    name only the notebook's declared parameters."""
-    from ..notebook_runner import declared_parameters
-    declared = declared_parameters(notebook) if notebook.exists() else None
+    name only the notebook's declared parameters, each within its declared choices."""
+    from ...run.params import assignments, choices
+    from ..notebook_runner import parameters_source
+    source = parameters_source(notebook) if notebook.exists() else None
+    declared = assignments(source) if source is not None else None
+    allowed = choices(source) if source is not None else {}
     for field in ("parameters", "sandbox"):
         values = meta.get(field, {})
         if not isinstance(values, dict):
@@ -148,6 +151,8 @@ def _check_parameters(meta: dict, notebook: Path, problems: list) -> None:
         elif declared is not None:
             for name in sorted(set(values) - set(declared)):
                 problems.append((field, f"{name!r} is not a parameter of {notebook.name}"))
+            for name in sorted(n for n in values if n in allowed and values[n] not in allowed[n]):
+                problems.append((field, f"{name}={values[name]!r} is not one of {' | '.join(allowed[name])}"))
 
 
 def check_shape(shape) -> str | None:
