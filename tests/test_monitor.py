@@ -139,7 +139,8 @@ def test_log_fit_keeps_metrics_small_and_saves_the_monitoring_plots():
     assert "gpu_timeline" not in metrics["fit"]
     assert metrics["fit"]["diagnosis"]["verdict"] == "launch-bound"
     assert metrics["fit"]["gpu"]["gpus"]["1"]["util_mean"] == 51
-    for png in ("fit_step_time.png", "fit_gpu.png"):
+    assert metrics["fit"]["history"] == [{"epoch": 0, "val_loss": 0.5}]  # the epochs' records, beside
+    for png in ("fit_step_time.png", "fit_gpu.png", "fit_learning_curves.png"):
         assert (run.output_dir / png).stat().st_size > 5000
 
 
@@ -246,3 +247,34 @@ def test_the_pool_size_comes_from_a_measured_cycle(monkeypatch):
                                    torch.device("cpu"), probe=4)
     assert (slow_cpu["workers"], slow_gpu["workers"]) == (3, 1)
     assert slow_cpu["cpu_ms"] >= 20 and "4 core(s), one drives the GPU" in slow_cpu["why"]
+
+
+POOL_UNDER_A_KIT_CHILD = """
+import os
+import signal
+import time
+from kagglekit import cycles
+signal.signal(signal.SIGTERM, lambda *_: None)  # a kit child's handler: SIGTERM asks a fit to stop
+pids = []
+try:
+    with cycles._pool(2) as pool:
+        pids = [worker.pid for worker in pool._pool]
+        busy = [pool.apply_async(time.sleep, (600,)) for _ in pids]  # only a signal ends these
+        time.sleep(1)
+        raise RuntimeError("a step failed")
+except RuntimeError:
+    pass
+alive = [p for p in pids if os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+print("stopped", len(pids), "alive", len(alive))
+"""
+
+
+def test_the_cycle_pool_under_a_kit_child_stops_on_an_error_instead_of_waiting_forever():
+    """Forked from a kit child, pool workers inherited its SIGTERM handler, survived
+    Pool.terminate and left its join (and the sandbox reading the notebook's output) waiting
+    forever. The pool's workers take the default back: terminate ends them."""
+    import subprocess
+    done = subprocess.run([sys.executable, "-c", POOL_UNDER_A_KIT_CHILD], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["stopped", "2", "alive", "0"]

@@ -71,11 +71,12 @@ def _orphaned() -> None:
     os._exit(1)
 
 
-def _end_with_server() -> None:
-    """SIGTERM this child when its parent, the fork server, ends (the server ends with the
-    notebook's process): a fit saves and stops instead of training for nobody."""
+def end_with_parent(sig: int = signal.SIGTERM) -> None:
+    """``sig`` to this process when its parent ends. A child of the fork server gets SIGTERM
+    (the server ends with the notebook's process): a fit saves and stops instead of training
+    for nobody."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
     except (OSError, AttributeError):  # not Linux: the supervisor's stop is the only guard
         pass
 
@@ -102,7 +103,7 @@ def _child(index: int, env: dict, payload: bytes, walked: bytes, conn, threads: 
     with ``every``; a restart request, or any index's traceback)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides (it sends SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: signals.request_stop())  # fit saves, then stops
-    _end_with_server()
+    end_with_parent()
     os.environ.clear()
     os.environ.update(env, **{WORKER_ENV: "1"})
     import torch

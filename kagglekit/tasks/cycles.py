@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -32,6 +33,7 @@ import torch
 
 from ..loop import cudagraph, memory, monitor
 from ..machine import env
+from ..parallel import forked
 from ..state import atomic
 
 STRATEGIES = ("sync", "batched", "cuda_graph", "process_pool")
@@ -124,8 +126,7 @@ def run(strategy: str, cpu_step, gpu_step, cycles: int, device: torch.device, *,
     started = time.perf_counter()
     global _POOL_STEP
     _POOL_STEP = cpu_step  # read by the forked workers: any callable works, a closure or lambda too
-    pool_ctx = (mp.get_context("fork").Pool(extra["pool"]["workers"]) if strategy == "process_pool"
-                else contextlib.nullcontext())
+    pool_ctx = _pool(extra["pool"]["workers"]) if strategy == "process_pool" else contextlib.nullcontext()
     k = batch_cycles if strategy == "batched" else extra.get("graph_cycles", 1)
     with monitor.GPUSampler(interval_s=0.1) as sampler, pool_ctx as pool:
         t_cpu, t_gpu = _cycles(cpu_step, gpu_step, graphed, cycles, device, k, save, pool)
@@ -172,6 +173,32 @@ _POOL_STEP = None
 
 def _pool_step(cycle: int):
     return _POOL_STEP(cycle)
+
+
+@contextlib.contextmanager
+def _pool(workers: int):
+    """A fork pool whose workers end as a pool's workers must: closed and joined once the work
+    is done, never left waiting. Forked from a kit child (``launcher.isolated``), a worker would
+    inherit its SIGTERM handler (ask the fit to stop) and survive ``Pool.terminate``'s SIGTERM,
+    leaving the terminating join, and whatever reads the notebook's output, waiting forever
+    (seen once in the sandbox under load): the workers take the default back and die with
+    their parent."""
+    pool = mp.get_context("fork").Pool(workers, initializer=_plain_worker)
+    try:
+        yield pool
+    except BaseException:
+        pool.terminate()
+        raise
+    else:
+        pool.close()  # every result read: the workers take their sentinels and exit
+    finally:
+        pool.join()
+
+
+def _plain_worker() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides
+    forked.end_with_parent(signal.SIGKILL)
 
 
 def _breakdown(t_cpu: float, t_gpu: float, wall: float, steps: int) -> dict:
