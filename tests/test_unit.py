@@ -115,3 +115,63 @@ def test_launch_carries_unfinished_back_from_a_rank_by_type(tmp_path):
     run = _start(tmp_path / "out")
     with pytest.raises(kk.Unfinished, match="rank 0: the session's time ran out"):
         kk.launch(_stop_in_rank, run=run, nprocs=2, strategy="ddp")
+
+
+NOTEBOOK = '''
+import functools
+
+import numpy as np
+
+SCALE = 2.0
+
+
+class Model:
+    def forward(self, x):
+        return helper(x) * SCALE
+
+
+@functools.cache
+def helper(x):
+    return np.mean(x) {op} 1
+
+
+def train(rows):
+    return [Model().forward(r) for r in rows]
+
+
+def plot(rows):
+    return "unrelated {plot}"
+'''
+
+
+def _notebook(tmp_path, name: str, op: str = "+", plot: str = "a"):
+    """A notebook's functions as a module of their own (IPython keeps a cell's source where
+    inspect finds it, as a file does)."""
+    import importlib.util
+    path = tmp_path / f"{name}.py"
+    path.write_text(NOTEBOOK.replace("{op}", op).replace("{plot}", plot))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_units_code_is_what_its_function_reaches_in_the_notebook(tmp_path):
+    """code=train names train, the class it builds and the (decorated) helper that class calls:
+    editing the helper changes the key (a hand-kept [Model, train] missed it and kept a stale
+    result), editing a function train never reaches does not, and numpy's code is not followed."""
+    base = _notebook(tmp_path, "nb_a")
+    assert [f.__name__ for f in kk.keys.reached([base.train])] == ["train", "Model", "helper"]
+    version = kk.keys.code_version(base.train)
+    assert kk.keys.code_version(_notebook(tmp_path, "nb_b", plot="b").train) == version
+    assert kk.keys.code_version(_notebook(tmp_path, "nb_c", op="-").train) != version
+    assert kk.keys.code_version([base.train, base.Model]) == version  # each reached once
+
+
+def test_a_unit_named_by_the_parameters_it_depends_on_refuses_one_that_is_not(tmp_path):
+    run = _start(tmp_path / "out", lr=0.05)
+    named = run.unit("pre", config=("lr", "seed"), data=[X])
+    assert named.config == {"lr": 0.05, "seed": 0}
+    assert named.key == run.unit("pre", config={"lr": 0.05, "seed": 0}, data=[X]).key
+    with pytest.raises(ValueError, match=r"unit 'pre': 'lrr' is not a parameter of this notebook"):
+        run.unit("pre", config=("lrr", "seed"))

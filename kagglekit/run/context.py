@@ -118,9 +118,10 @@ class Run(Report):
             self._cache = Cache(self.output_dir / "cache", force=self.force_retrain)
         return self._cache
 
-    def unit(self, name: str, *, config: dict | None = None, data=None, code=None):
+    def unit(self, name: str, *, config=None, data=None, code=None):
         """A unit of work of this run (``unit.Unit``): one key, from ``config`` (its run-control
-        keys aside), ``data``'s fingerprint and ``code``'s version, naming its cache entry,
+        keys aside; a dict, or the names of the parameters it depends on), ``data``'s fingerprint
+        and ``code``'s version (and the notebook code it reaches), naming its cache entry,
         checkpoint folder and study."""
         from .unit import Unit
         return Unit.of(self, name, config, data, code)

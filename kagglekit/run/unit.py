@@ -2,8 +2,10 @@
 
 A model's training, one fold, a cached result, a search: work that must be done once, may span
 several sessions and must reach the next kernel version. ``run.unit(name, config=, data=,
-code=)`` gives it one identity (its config without run control, its data's fingerprint, its
-code's version) and one key (``keys.key``) that names everything it leaves::
+code=)`` gives it one identity (its config without run control, or the names of the parameters
+it depends on; its data's fingerprint; its code's version: the source of what ``code`` names and
+of the notebook's functions and classes that reaches) and one key (``keys.key``) that names
+everything it leaves::
 
     cache/<name>/<key>/          its result                 unit.cached(fn)
     checkpoints/<name>/<key>/    its fits' checkpoints      kk.fit(..., checkpoints=unit.checkpoints())
@@ -42,10 +44,13 @@ class Unit:
     key: str
 
     @classmethod
-    def of(cls, run, name: str, config: dict | None = None, data=None, code=None) -> Unit:
+    def of(cls, run, name: str, config=None, data=None, code=None) -> Unit:
+        """``config``: a dict, or the names of the notebook parameters the unit depends on."""
         if not name or "/" in name:
             raise ValueError(f"unit name {name!r} must be a non-empty name without '/': it names "
                              "the unit's cache, checkpoint and study folders")
+        if isinstance(config, (list, tuple)):
+            config = _parameters(run.config, name, config)
         return cls.keyed(run, name, dict(config or {}),
                           keys.fingerprint(data) if data is not None else "", code)
 
@@ -115,3 +120,12 @@ class Unit:
         """Its newest finished checkpoint copied from the inputs into this output, if it has
         one there and none here (a unit skipped whole trains no fit that would carry it)."""
         return self.checkpoints().carry_finished()
+
+
+def _parameters(config: dict, unit: str, names) -> dict:
+    """The run's parameters ``names``, refused by name when one is not a parameter."""
+    unknown = [n for n in names if n not in config]
+    if unknown:
+        raise ValueError(f"unit {unit!r}: {', '.join(map(repr, unknown))} is not a parameter of this notebook "
+                       f"(config= names its parameters: one of {', '.join(sorted(config))})")
+    return {n: config[n] for n in names}

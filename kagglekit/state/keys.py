@@ -3,9 +3,10 @@
 A unit (a fold, a model's training, a cached result, a search) is named by one key: 16 hex
 digits of the sha256 of its config without run control (canonical JSON), a fingerprint of its
 data (content hashes of tensors, arrays, PyG graphs, files and folders) and its code's version
-(the kit's version plus the source of the functions and classes given). The unit's cache entry,
-checkpoint folder and study carry it (``run.unit``). Checkpoints of a fit outside any unit are
-keyed by the same derivation over their config, data and model (``identity.Identity``).
+(the kit's version plus the source of the functions and classes given and of the notebook's
+functions and classes they reach). The unit's cache entry, checkpoint folder and study carry it
+(``run.unit``). Checkpoints of a fit outside any unit are keyed by the same derivation over
+their config, data and model (``identity.Identity``).
 """
 from __future__ import annotations
 
@@ -113,18 +114,71 @@ def fingerprint(data) -> str:
 
 
 def code_version(code) -> str:
-    """The kit's version plus ``code``: a string as given, the source of a function,
-    class or module, or a list of those."""
+    """The kit's version plus ``code``: a string as given, or the source of each function, class
+    or module given (one, or a list) and of every function and class of its own module that it
+    reaches (``reached``): a unit named by its training function changes key when a model class or
+    a helper that function calls is edited, without a hand-kept list that forgets one."""
     from ..machine.version import __version__
     if code is None:
         text = ""
     elif isinstance(code, str):
         text = code
-    elif isinstance(code, (list, tuple)):
-        text = "\n".join(code_version(c) for c in code)
     else:
-        text = _source(code)
+        roots = list(code) if isinstance(code, (list, tuple)) else [code]
+        text = "\n".join(c if isinstance(c, str) else _source(c) for c in reached(roots))
     return f"kagglekit {__version__}\n{text}"
+
+
+def reached(roots: list) -> list:
+    """``roots`` and every function and class of a root's module (a notebook's) that they refer
+    to, directly or through one another, each once, in the order found: the global names of
+    their code (methods, lambdas and comprehensions inside included), their closures and their
+    defaults. Library code is not followed: its version is pinned, the kit's is in the key."""
+    found, queue = {}, [_code_of(r) or r for r in roots]
+    while queue:
+        obj = queue.pop(0)
+        if id(obj) not in found:
+            found[id(obj)] = obj
+            queue += [r for r in _refers_to(obj) if getattr(r, "__module__", None) == obj.__module__]
+    return list(found.values())
+
+
+def _code_of(value):
+    """The function or class behind ``value`` (a decorated function's own: ``torch.no_grad``,
+    ``functools.cache``), else None."""
+    wrapped = getattr(value, "__wrapped__", None)
+    if inspect.isfunction(wrapped) or inspect.isfunction(value):
+        return inspect.unwrap(value)
+    return value if inspect.isclass(value) else None
+
+
+def _refers_to(obj) -> list:
+    if inspect.isclass(obj):
+        members = [getattr(m, "__func__", getattr(m, "fget", m)) for m in vars(obj).values()]
+        return [r for f in map(_code_of, members) if inspect.isfunction(f) for r in _refers_to(f)]
+    if not inspect.isfunction(obj):
+        return []
+    names = _global_names(obj.__code__)
+    values = [obj.__globals__[n] for n in names if n in obj.__globals__] + _closed_over(obj)
+    values += list(obj.__defaults__ or ()) + list((obj.__kwdefaults__ or {}).values())
+    return [code for code in map(_code_of, values) if code is not None]
+
+
+def _closed_over(function) -> list:
+    values = []
+    for cell in function.__closure__ or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:  # a cell not assigned yet (a name defined later in the enclosing function)
+            pass
+    return values
+
+
+def _global_names(code) -> list[str]:
+    """The names ``code`` and the code nested in it (lambdas, comprehensions, inner functions)
+    look up, in order (attribute names too: a global of that name is included, to be safe)."""
+    nested = [c for c in code.co_consts if inspect.iscode(c)]
+    return list(dict.fromkeys([*code.co_names, *(n for c in nested for n in _global_names(c))]))
 
 
 def _source(obj) -> str:
