@@ -169,7 +169,8 @@ class FitResult:
         return self.stopped != Stop.TIME_BUDGET
 
     def summary(self) -> dict:
-        """Flat facts for metrics.json."""
+        """Facts for metrics.json: the last epoch's scores and the run's figures, flat, and the
+        epochs' records (``history``): what a launched rank hands back of its fit."""
         last = self.history[-1] if self.history else {}
         scores = {k: v for k, v in last.items() if isinstance(v, (int, float))
                   and k not in ("epoch", "step", "seconds", "samples_per_s")}
@@ -186,4 +187,5 @@ class FitResult:
                 "precision_events": self.precision_events,
                 "step_breakdown": self.breakdown, "gpu": self.gpu,
                 "gpu_timeline": _thin(self.gpu_samples, TIMELINE_POINTS),
-                "diagnosis": self.diagnosis() if self.breakdown.get("sampled_steps") else None}
+                "diagnosis": self.diagnosis() if self.breakdown.get("sampled_steps") else None,
+                "history": self.history}

@@ -22,9 +22,10 @@ def learning_curves(history: list[dict], title: str = "learning curves"):
               and not k.endswith("loss")]
     for key in scores:
         ax_score.plot(epochs, [h.get(key) for h in history], marker="o", label=key)
-    ax_score.set(xlabel="epoch", title="validation scores" if scores else "learning rate")
-    if not scores:
-        ax_score.plot(epochs, [h["lr"] for h in history], marker="o", label="lr")
+    rates = not scores and history and "lr" in history[0]
+    ax_score.set(xlabel="epoch", title="validation scores" if scores else "learning rate" if rates else "")
+    if rates:
+        ax_score.plot(epochs, [h.get("lr") for h in history], marker="o", label="lr")
     for ax in (ax_loss, ax_score):
         if ax.lines:
             ax.legend()
@@ -100,14 +101,14 @@ def memory_curves(curves: dict[str, list[float]], ylabel: str = "MB"):
     return fig
 
 
-def pr_curves(curves: dict, title: str = "test precision-recall"):
-    """Precision-recall curves, ``{name: (scores, labels)}``, each with its PR-AUC."""
+def pr_curves(scores: dict, labels, title: str = "test precision-recall"):
+    """Precision-recall curves of ``{name: scores}`` against the same ``labels``, each with its PR-AUC."""
     from . import metrics
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5, 4))
-    for name, (scores, labels) in curves.items():
-        precision, recall = metrics.pr_curve(scores, labels)
-        ap = metrics.average_precision(scores, labels)
+    for name, model_scores in scores.items():
+        precision, recall = metrics.pr_curve(model_scores, labels)
+        ap = metrics.average_precision(model_scores, labels)
         ax.plot(recall, precision, drawstyle="steps-post", label=f"{name} (PR-AUC {ap:.3f})")
     ax.set(xlabel="recall", ylabel="precision", title=title, ylim=(0, 1.02))
     ax.legend()

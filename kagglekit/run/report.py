@@ -25,14 +25,16 @@ class Report:
         self.metrics.update(metrics)
         self.save_metrics()
 
-    def log_fit(self, label: str, result, step_plot: bool = True) -> None:
-        """A fit's summary into metrics.json under ``label``, and its monitoring plots.
+    def log_fit(self, label: str, result, step_plot: bool = True, curves: bool | str = True) -> None:
+        """A fit's summary into metrics.json under ``label`` (its epochs' records under
+        ``<label>.history``), and its plots.
 
-        ``<label>_step_time.png``: where a step's time goes (sampled phases; pass
-        ``step_plot=False`` to draw several fits side by side with
-        ``plots.step_breakdown`` instead); ``<label>_gpu.png``: utilisation and
-        memory per GPU over time (on GPU). ``result``: a FitResult, or its
-        ``summary()`` (what launched ranks send back).
+        ``<label>_learning_curves.png``: losses and validation scores per epoch (``curves``: its
+        title, default ``label``; False: none); ``<label>_step_time.png``: where a step's time
+        goes (sampled phases; pass ``step_plot=False`` to draw several fits side by side with
+        ``plots.step_breakdown`` instead); ``<label>_gpu.png``: utilisation and memory per GPU
+        over time (on GPU). ``result``: a FitResult, or its ``summary()`` (what launched ranks
+        send back).
         """
         from . import plots
         summary = dict(result.summary() if hasattr(result, "summary") else result)
@@ -43,8 +45,12 @@ class Report:
             # A rerun that skipped training measured nothing: keep the figures of the run
             # that trained (speed, step breakdown, diagnosis), not zeros over them.
             summary = {**earlier, "stopped": "already_complete", "skipped_rerun": True,
-                       "steps_this_session": 0, "resumed_from": summary.get("resumed_from")}
+                       "steps_this_session": 0, "resumed_from": summary.get("resumed_from"),
+                       "history": summary.get("history") or earlier.get("history")}
         self.log(**{label: summary}, chain=self.chain)
+        if curves is not False and summary.get("history"):
+            title = curves if isinstance(curves, str) else label
+            self.savefig(plots.learning_curves(summary["history"], title=title), f"{label}_learning_curves")
         if step_plot and summary.get("step_breakdown", {}).get("sampled_steps"):
             self.savefig(plots.step_breakdown({label: summary["step_breakdown"]}),
                          f"{label}_step_time")
