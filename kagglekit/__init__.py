@@ -22,7 +22,7 @@ _PARTS = {
     "loop": ["train", "epochs", "step", "halving", "fitoptions", "fitstate", "durable", "resuming", "restarts",
              "fallback", "accel", "cudagraph", "guards", "progress", "monitor", "memory", "schedule"],
     "run": ["context", "unit", "params", "splitters", "plots", "metrics", "surfacescore", "evaluate", "submission",
-            "folds", "oofio", "blend", "serving", "scoring", "workpool", "zoo", "hillclimb", "stacking",
+            "foldresults", "folds", "oofio", "blend", "serving", "scoring", "workpool", "zoo", "hillclimb", "stacking",
             "oofsources", "choice", "rerunplan"],
     "search": ["tune", "sizing", "studyreport", "studystore", "boosting"],
     "tasks": ["segment3d", "postprocess3d", "augment3d", "models", "cycles", "text", "prompts", "answerhead",

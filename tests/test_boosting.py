@@ -1,4 +1,6 @@
 """Gradient-boosted trees: the device each library trains on, and Optuna pruning."""
+import json
+
 import numpy as np
 import optuna
 import pytest
@@ -67,6 +69,7 @@ def test_trees_train_on_the_cpu_without_a_gpu(monkeypatch):
     monkeypatch.delenv("KAGGLEKIT_FAKE_GPUS", raising=False)
     assert boosting.xgboost_device() == "cpu"
     assert boosting.lightgbm_device() == ("cpu", "no GPU")
+    assert boosting.describe() == "XGBoost on cpu, LightGBM on cpu (no GPU)"  # what a notebook prints
 
 
 def test_the_lightgbm_gpu_probe_trains_in_a_process_of_its_own_once(monkeypatch, tmp_path):
@@ -90,3 +93,38 @@ def test_the_lightgbm_gpu_probe_trains_in_a_process_of_its_own_once(monkeypatch,
         assert boosting.lightgbm_device() == (device, why)
     finally:
         boosting._probe_lightgbm.cache_clear()
+
+
+def test_predict_reads_either_library_from_the_trees_early_stopping_kept(regression, tmp_path):
+    """The best iteration, not every tree grown: the rounds after it overfit a tiny validation set."""
+    import lightgbm as lgb
+    import xgboost as xgb
+    x, y = regression
+    train, val = xgb.DMatrix(x[:300], label=y[:300]), xgb.DMatrix(x[300:], label=y[300:])
+    trees = xgb.train({"eta": 0.3, "nthread": 1}, train, 300, evals=[(val, "val")], early_stopping_rounds=5,
+                      verbose_eval=False)
+    kept = trees.best_iteration + 1
+    assert kept < trees.num_boosted_rounds()
+    trees.save_model(tmp_path / "m.ubj")  # the cache's own format: the best iteration travels with it
+    again = xgb.Booster(model_file=tmp_path / "m.ubj")
+    np.testing.assert_allclose(boosting.predict(again, x), trees.predict(xgb.DMatrix(x), iteration_range=(0, kept)))
+    assert json.loads(again.save_config())["learner"]["generic_param"]["device"] == "cpu"
+    booster = lgb.train({"learning_rate": 0.3, "verbose": -1, "num_threads": 1}, lgb.Dataset(x[:300], y[:300]), 300,
+                        valid_sets=[lgb.Dataset(x[300:], y[300:])], callbacks=[lgb.early_stopping(5, verbose=False)],
+                        keep_training_booster=True)  # the trees after the best one kept (train's default cuts them)
+    assert 0 < booster.best_iteration < booster.current_iteration()
+    np.testing.assert_allclose(boosting.predict(booster, x), booster.predict(x, num_iteration=booster.best_iteration))
+    assert not np.allclose(boosting.predict(booster, x), booster.predict(x, num_iteration=-1))
+
+
+def test_predict_without_early_stopping_uses_every_tree_and_raw_gives_margins(regression):
+    import lightgbm as lgb
+    import xgboost as xgb
+    x, y = regression
+    labels = (y > np.median(y)).astype(int)
+    trees = xgb.train({"objective": "binary:logistic", "nthread": 1}, xgb.DMatrix(x, label=labels), 20)
+    np.testing.assert_allclose(boosting.predict(trees, x), trees.predict(xgb.DMatrix(x)), rtol=1e-6)
+    margin = boosting.predict(trees, x, raw=True)
+    np.testing.assert_allclose(1 / (1 + np.exp(-margin)), boosting.predict(trees, x), rtol=1e-5)
+    booster = lgb.train({"objective": "binary", "verbose": -1, "num_threads": 1}, lgb.Dataset(x, labels), 20)
+    np.testing.assert_allclose(boosting.predict(booster, x, raw=True), booster.predict(x, raw_score=True))

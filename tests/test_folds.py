@@ -59,7 +59,7 @@ def test_the_oof_score_is_scikit_learns_metric_on_the_concatenated_oof_predictio
     assert metrics["cv_m"]["scores"]["mean"]["mean"] == pytest.approx(np.mean(per_fold))
 
 
-def test_the_ensemble_weights_are_fitted_out_of_fold_and_written_beside_the_models(tmp_path):
+def test_the_ensemble_weights_are_fitted_out_of_fold_and_written_beside_the_models(tmp_path, capsys):
     """Multi-step targets (a horizon of 2): a model that is the truth plus a little noise, one that
     is pure noise; the weights find the first, sum to one, and the weighted OOF and test
     predictions join the models' in oof.parquet and test.parquet."""
@@ -75,6 +75,8 @@ def test_the_ensemble_weights_are_fitted_out_of_fold_and_written_beside_the_mode
     result = cv.run(train, target=y, test_ids=["a", "b", "c"])
     weights = cv.ensemble(result)
     assert list(weights) == ["good", "bad"] and sum(weights.values()) == pytest.approx(1)
+    said = f"ensemble weights, fitted out of fold: good {weights['good']:.2f}, bad {weights['bad']:.2f}"
+    assert said in capsys.readouterr().out
     assert weights["good"] > 0.95
     np.testing.assert_allclose(result.oof["ensemble"], weights["good"] * good + weights["bad"] * bad)
     np.testing.assert_allclose(result.test["ensemble"], np.full((3, 2), weights["good"]))
@@ -158,6 +160,37 @@ def test_a_fold_whose_training_stopped_early_is_not_cached_and_a_cap_per_version
     first = capped.run(lambda f: _predict_mean(f, None, y), per_version=2)
     assert first.done == [0, 1] and "folds 0-1 of 4 done, 2-3 next version" in first.message
     assert all(f.train.max() < f.val.min() for f in capped.folds)  # the past only, in time
+
+
+def test_a_fold_of_some_rows_gives_masks_over_all_of_them(tmp_path):
+    """A graph's folds split its labelled nodes only: the fold's nodes as masks over the graph."""
+    import torch
+    labelled = np.array([1, 3, 4, 6, 8, 9])
+    cv = kk.folds.CrossValidation(_start(tmp_path / "out"), "g", KFold(3), n=len(labelled), ids=labelled)
+    train, val = cv.folds[1].masks(labelled, 10)
+    assert train.dtype == val.dtype == torch.bool and len(train) == len(val) == 10
+    assert val.nonzero().view(-1).tolist() == [4, 6] and train.nonzero().view(-1).tolist() == [1, 3, 8, 9]
+
+def test_the_summary_lines_say_each_models_cv_or_which_folds_remain(tmp_path):
+    from sklearn.metrics import mean_absolute_error
+    y = np.arange(40.0)
+    run = _start(tmp_path / "out")
+    cv = kk.folds.CrossValidation(run, "h", KFold(4), n=40)
+    first = cv.run(lambda f: _predict_mean(f, None, y), per_version=3, target=y, metric=mean_absolute_error)
+    assert first.headlines("MAE") == [kk.headline("CV MAE (folds 0-2 of 4 done, 3 next version: no CV score "
+                                                  "until every fold is done)", None)]
+    def two(f):
+        mean = _predict_mean(f, None, y)
+        return kk.folds.Predictions(oof={"zero": np.zeros(len(f.val)), **mean.oof})
+    result = kk.folds.CrossValidation(run, "h2", KFold(4), n=40).run(two, target=y, metric=mean_absolute_error)
+    lines = result.headlines("MAE", ["mean"], note="units")
+    score = result.scores["mean"]
+    assert [(h["result"], h["value"]) for h in lines] == [
+        (f"CV MAE (mean), 4 folds (std {score['std']:.4g}; units)", score["mean"])]
+    assert [h["result"].split(")")[0] for h in result.headlines("MAE")] == ["CV MAE (zero", "CV MAE (mean"]
+    better = kk.folds.CrossValidation(run, "h3", KFold(4), n=40).run(two, target=y, metric=mean_absolute_error,
+                                                                     higher_is_better=True)
+    assert (result.higher_is_better, better.higher_is_better) == (False, True)  # the metric's direction kept
 
 
 @pytest.mark.slow

@@ -36,7 +36,7 @@ def test_gnn_beats_the_baselines_on_the_builtin_graph_and_force_retrain_retrains
                               "cache:gnn-fold0": "computed", "cache:trees-fold0-seed0": "computed",
                               "cache:trees_gnn-fold0-seed0": "computed"}
     assert first["folds"] == 1 and first["gnn"]["per_seed"] == [gnn["test_pr_auc"]]  # repeats=1
-    for png in ("pr_curve.png", "learning_curves.png"):
+    for png in ("pr_curve.png", "fit_learning_curves.png", "pretrain_learning_curves.png"):
         assert (out / png).exists()
     assert_reads_as_a_report(out, "gnn_node_classification")
     trials = [line for _, o in _outputs(out / "gnn_node_classification.ipynb")

@@ -203,6 +203,9 @@ def test_elliptic_files_load_with_the_papers_temporal_split(tmp_path):
     period = graphsets.training_period(data)  # what a model may see before the test period
     assert int(period.time_step.max()) == 34 and period.num_nodes == int((step <= 34).sum())
     assert not period.test_mask.any() and int(period.train_mask.sum()) == int(data.train_mask.sum())
+    folded = graphsets.labelled(data, period)  # what cross-validation splits: no test node, no unknown label
+    assert torch.equal(folded, (data.train_mask | data.val_mask).nonzero().view(-1))
+    assert (data.y[folded] >= 0).all() and int(step[folded].max()) <= 34
 
 
 def test_a_loader_that_yields_no_batch_is_refused_by_name():

@@ -91,12 +91,12 @@ def test_quickstart_trains_then_more_epochs_train_on_in_the_same_folder(tmp_path
     assert last["skipped_rerun"] and last["samples_per_s"] == runs[2]["samples_per_s"] > 0
     metrics = _metrics(out)
     assert metrics["chain"] == {"fit": "skipped"} and metrics["summary"][0]["passed"]
-    assert metrics["history"][-1]["epoch"] == 3 and len(metrics["history"]) == 4
+    assert metrics["fit"]["history"][-1]["epoch"] == 3 and len(metrics["fit"]["history"]) == 4
     fit = runs[2]
     assert fit["step_breakdown"]["sampled_steps"] >= 1  # one step in 25 is timed
     if not metrics["env"]["gpus"]:
         assert fit["diagnosis"]["device"] == "cpu" and "no GPU" in fit["diagnosis"]["text"]
-    assert (out / "fit_step_time.png").exists() and (out / "learning_curves.png").exists()
+    assert (out / "fit_step_time.png").exists() and (out / "fit_learning_curves.png").exists()
     assert_reads_as_a_report(out, "quickstart")
 
 
@@ -124,16 +124,19 @@ def test_run_by_papermill_directly_a_typo_still_fails_in_the_first_cell(tmp_path
                                    kernel_name="python3", progress_bar=False, cwd=str(tmp_path))
 
 
-def test_the_cli_prints_a_typo_as_one_line_and_starts_nothing(tmp_path):
+@pytest.mark.parametrize("given,said", [
+    ("epcohs=3", "unknown parameter 'epcohs' (did you mean 'epochs'?)"),
+    ("precision=fp61", "parameter 'precision' = 'fp61' is not one of its choices (did you mean 'fp16'? "
+                       "choose from auto | fp32 | fp16 | bf16)")])
+def test_the_cli_prints_a_bad_parameter_as_one_line_and_starts_nothing(tmp_path, given, said):
     import subprocess
     import sys
     done = subprocess.run([sys.executable, "-m", "kagglekit.tools.cli", "run", "quickstart", "-p",
-                           "epcohs=3", "--output", str(tmp_path / "runs")], cwd=REPO,
+                           given, "--output", str(tmp_path / "runs")], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and not (tmp_path / "runs").exists()
     assert done.stderr.strip().splitlines() == [
-        "error: unknown parameter 'epcohs' (did you mean 'epochs'?). Fix the name or value given "
-        "to papermill (-p NAME VALUE) or to `make run P=...`."]
+        f"error: {said}. Fix the name or value given to papermill (-p NAME VALUE) or to `make run P=...`."]
 
 
 def write_playground_folder(folder: Path, rows: int = 1500) -> None:
@@ -248,7 +251,7 @@ def test_sequence_models_on_its_defaults_ranks_the_sequence_models_above_the_mlp
     acc = {r["model"]: r["val_acc"] for r in m["models"]}
     assert min(acc["lstm"], acc["transformer"]) > acc["mlp"] + 0.1, acc
     assert m["summary"][0]["passed"] and _finite_numbers(m)
-    for png in ("models.png", "learning_curves_lstm.png", "step_time.png", "sequence_models.ipynb"):
+    for png in ("models.png", "fit_lstm_learning_curves.png", "step_time.png", "sequence_models.ipynb"):
         assert (out / png).exists()
     assert_reads_as_a_report(out, "sequence_models")
 
@@ -285,7 +288,7 @@ def test_segmentation_3d_on_the_competition_layout_then_inference_only_on_new_te
     assert m["val_dice"] > m["val_dice_threshold_baseline"]  # the 3-D shape matters, not brightness
     assert m["val_score"] > m["val_score_threshold_baseline"]  # and so on the leaderboard's own score
     assert m["val_score"] == pytest.approx(m["postprocess"]["score"])  # the choice, scored as chosen
-    assert all("val_score" in epoch for epoch in m["history"])  # what picks the best checkpoint
+    assert all("val_score" in epoch for epoch in m["fit"]["history"])  # what picks the best checkpoint
     assert _finite_numbers(m) and m["effective_batch"] == 2 * 2 * 2
     assert sorted(m["data"]["skipped"]) == sorted(v for v, _, _ in standins.MOVED)  # named, once
     printed = "".join(_text(o) for _, o in _outputs(out / "segmentation_3d.ipynb"))
@@ -297,7 +300,7 @@ def test_segmentation_3d_on_the_competition_layout_then_inference_only_on_new_te
     for vid, mask in masks.items():
         source = volumes.TiffVolume(comp / "test_images" / f"{vid}.tif")  # LZW: read by Pillow
         assert mask.shape == source.shape and mask.dtype == np.uint8 and mask.max() <= 1
-    assert (out / "slices.png").exists() and (out / "learning_curves.png").exists()
+    assert (out / "slices.png").exists() and (out / "fit_learning_curves.png").exists()
     assert_reads_as_a_report(out, "segmentation_3d")
 
     trained = _tree_bytes(out / "checkpoints")
@@ -387,7 +390,7 @@ def test_timeseries_on_a_long_table_rerun_hits_every_model_and_one_change_retrai
         trials = first[f"search_{model}"]["trials"]
         assert trials.get("COMPLETE", 0) + trials.get("PRUNED", 0) == 2
     assert list((out / "cache" / "lightgbm-fold0").rglob("value.txt"))  # text, not pickle
-    for png in ("forecast.png", "models.png", "learning_curves_lstm.png", "future.png"):
+    for png in ("forecast.png", "models.png", "fit_lstm_learning_curves.png", "future.png"):
         assert (out / png).exists()
     assert_reads_as_a_report(out, "timeseries_forecast")
     _check_the_forecast_past_the_end(out, tmp_path / "data" / "train.parquet", first["config"]["horizon"])

@@ -137,9 +137,16 @@ def training_period(data, transductive: bool = False):
     return period
 
 
-def describe(data, learn, full_batch: bool) -> tuple[dict, str]:
-    """What a notebook logs about the graph and the line it prints: sizes, the split, what the
-    models learn from (a temporal graph's training period) and how batches are made."""
+def labelled(data, learn):
+    """The labelled nodes outside the test set that the models may learn from (``learn``:
+    ``training_period``'s graph), as indices of ``data``: what cross-validation splits."""
+    nodes = ((data.train_mask | data.val_mask) & ~data.test_mask).nonzero().view(-1)
+    return nodes[torch.isin(nodes, learn.full_id)]
+
+
+def describe(data, learn, full_batch: bool) -> dict:
+    """What a notebook logs about the graph (sizes, the split, what the models learn from: a
+    temporal graph's training period), printed in one line with how batches are made."""
     stepped = "time_step" in learn
     facts = {"nodes": data.num_nodes, "edges": data.num_edges, "learn_nodes": learn.num_nodes,
              "learn_edges": learn.num_edges, "transductive": learn is data,
@@ -150,7 +157,8 @@ def describe(data, learn, full_batch: bool) -> tuple[dict, str]:
             f"{int(data.y.max()) + 1} classes; train/val/test nodes {sizes}; models learn from "
             f"{learn.num_nodes:,} nodes{period}; "
             f"{'whole graph per step' if full_batch else 'neighbour-sampled mini-batches'}")
-    return facts, line
+    print(line)
+    return facts
 
 
 def load(folder: Path | str | None, **builtin):

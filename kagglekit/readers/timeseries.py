@@ -3,9 +3,10 @@
 Kaggle's forecasting data comes as one long table: a row per series and time step,
 a time column, the target, exogenous feature columns and (for many series) a
 series-id column. ``read_table`` reads it (CSV or Parquet) into a frame sorted by
-series and time; ``time_cuts`` puts every series' split at the same two cut times,
-so no training row is later than any validation row; ``future_frame`` writes a forecast past
-the end of the data back in the table's own form. The forecast windows: ``windows``.
+series and time (``load``: it, or the built-in series without a table); ``time_cuts``
+puts every series' split at the same two cut times, so no training row is later than any
+validation row; ``future_frame`` writes a forecast past the end of the data back in the
+table's own form. The forecast windows: ``windows``.
 """
 from __future__ import annotations
 
@@ -160,6 +161,14 @@ def builtin_table(n_series: int, length: int, channels: int, seed: int = 0, peri
         part.insert(0, "series", f"s{s}")
         parts.append(part)
     return pd.concat(parts, ignore_index=True), names
+
+
+def load(path, *, time: str, target: str, features=(), series: str = "", name: str = "", **builtin) -> tuple:
+    """``(frame, channels)`` of the table under ``path`` (``read_table``), or of the built-in
+    series (``builtin_table(**builtin)``) when ``path`` is None (a notebook without ``data_dir``)."""
+    if path is None:
+        return builtin_table(**builtin)
+    return read_table(path, time=time, target=target, features=features, series=series, name=name)
 
 
 def time_cuts(times, fractions=(0.7, 0.15, 0.15)) -> tuple:

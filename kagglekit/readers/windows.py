@@ -87,6 +87,12 @@ class Windows(torch.utils.data.Dataset):
         part.origins, part.series = self.origins[index], self.series[index]
         return part
 
+    def times(self, stamps) -> tuple[np.ndarray, np.ndarray]:
+        """Each window's first and last forecast time (``stamps``: the table's time of each row):
+        what time-ordered folds split on and purge by."""
+        stamps, origins = np.asarray(stamps), self.origins.numpy()
+        return stamps[origins], stamps[origins + self.horizon - 1]
+
     def past(self) -> torch.Tensor:
         """Every window's past at once, (windows, lookback, channels), without a Python loop."""
         return self.values.unfold(0, self.lookback, 1)[self.origins - self.lookback].transpose(1, 2)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +37,7 @@ import numpy as np
 from ..machine.budget import Unfinished
 from ..state import keys
 from . import oofio
+from .foldresults import CVResult, Predictions
 from .splitters import Grouped, Holdout, _array  # noqa: F401 (kk.folds.Holdout, kk.folds.Grouped)
 from .unit import Unit
 
@@ -51,6 +52,14 @@ class Fold:
     name: str
     unit: object = None
 
+    def masks(self, rows, size: int):
+        """Its training and validation rows as two boolean masks over ``size`` items, when the
+        folds split ``rows`` (a subset of them: a graph's labelled nodes)."""
+        import torch
+        rows = torch.as_tensor(np.asarray(rows))
+        empty = torch.zeros(size, dtype=torch.bool)
+        return tuple(empty.index_fill(0, rows[torch.as_tensor(part)], True) for part in (self.train, self.val))
+
     def sub(self, name: str, config: dict | None = None, code=None):
         """A training inside this fold as a unit of its own (``<name>-fold<k>``): the fold's
         data and rows, and ``config`` and ``code`` when given (else the fold's), so that one
@@ -59,39 +68,6 @@ class Fold:
                "split": self.unit.config["split"]}
         return Unit.keyed(self.unit.run, f"{name}-fold{self.index}", own, self.unit.fingerprint,
                           self.unit.code if code is None else code)
-
-
-@dataclass
-class Predictions:
-    """What one fold's training returns: ``oof`` {model: its predictions of the fold's
-    validation rows, in their order}, ``test`` {model: its predictions of the test rows} and
-    ``record`` (plain values kept with the fold: fit summaries, per-seed scores)."""
-    oof: dict
-    test: dict = field(default_factory=dict)
-    record: dict = field(default_factory=dict)
-
-
-@dataclass
-class CVResult:
-    complete: bool
-    done: list
-    pending: list
-    message: str
-    oof: dict = field(default_factory=dict)  # model -> (rows, ...) predictions, NaN where unseen
-    test: dict = field(default_factory=dict)  # model -> mean test prediction over the folds
-    scores: dict = field(default_factory=dict)  # model -> {"per_fold", "mean", "std", "oof"}
-    records: dict = field(default_factory=dict)  # fold -> its "record" (fit summaries, ...)
-    fold_test: dict = field(default_factory=dict)  # fold -> {model: that fold's test predictions}
-
-    def on_rows(self, model: str, size: int, rows, test_rows) -> np.ndarray:
-        """``model``'s predictions placed in an array of ``size`` rows: its out-of-fold ones at
-        ``rows`` (the rows the folds split, in order), its test ones at ``test_rows``, NaN
-        elsewhere (rows no fold validated)."""
-        oof, test = self.oof[model], self.test[model]
-        out = np.full((size, *oof.shape[1:]), np.nan)
-        out[_array(rows)] = oof
-        out[_array(test_rows)] = test
-        return out
 
 
 def _ranges(indices: list[int]) -> str:
@@ -218,7 +194,7 @@ class CrossValidation:
         print(f"kagglekit folds: {self.name}: {message}")
         records = {k: r["record"] for k, r in results.items() if "record" in r}
         return CVResult(True, done, [], message, oof, test, scores, records,
-                        {k: r.get("test", {}) for k, r in results.items()})
+                        {k: r.get("test", {}) for k, r in results.items()}, higher_is_better)
 
     def add(self, result: CVResult, model: str, oof, test=None) -> None:
         """A prediction made from the folds' own (an ensemble whose weights were fitted on the
@@ -235,7 +211,8 @@ class CrossValidation:
     def ensemble(self, result: CVResult, name: str = "ensemble") -> dict:
         """The models' non-negative weights summing to one, fitted in squared error
         (``blend.nnls_weights``) on the rows the folds validated against the target ``run`` was
-        given; the weighted OOF and test predictions added as ``name`` (``add``). {model: weight}."""
+        given; the weighted OOF and test predictions added as ``name`` (``add``). {model: weight},
+        also printed."""
         from .blend import nnls_weights
         if not result.complete:
             raise ValueError("ensemble() needs every fold done: its weights are fitted on every fold's rows")
@@ -246,6 +223,8 @@ class CrossValidation:
         weights = nnls_weights(np.stack([flat[m][seen].reshape(-1) for m in models], 1), target.reshape(-1))
         mix = lambda preds: sum(w * preds[m] for w, m in zip(weights, models))  # noqa: E731
         self.add(result, name, mix(result.oof), mix(result.test) if set(models) <= set(result.test) else None)
+        print(f"kagglekit folds: {name} weights, fitted out of fold: "
+              + ", ".join(f"{m} {w:.2f}" for m, w in zip(models, weights)))
         return dict(zip(models, weights.tolist()))
 
     def _assemble(self, results: dict) -> tuple[dict, dict]:

@@ -167,6 +167,13 @@ def scored(logits, labels, val_rows, test_rows) -> dict:
             "test": classification(test, labels[test_rows], threshold)}
 
 
+def score_table(results: dict) -> list[dict]:
+    """``{model: scored(...)}`` as a row per model, its validation and test scores side by side
+    (``val_<score>``, ``test_<score>``): what metrics.json keeps and a notebook's table shows."""
+    return [{"model": name, **{f"{part}_{k}": v for part in ("val", "test") for k, v in r[part].items()}}
+            for name, r in results.items()]
+
+
 def average_logits(parts: list) -> torch.Tensor:
     """The mean prediction of several trainings (seeds, folds), as logits again: their
     probabilities averaged (a sigmoid for one logit per row, a softmax for several)."""

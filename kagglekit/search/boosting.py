@@ -7,7 +7,7 @@ process of its own, and says which it uses. Either library opens the GPU driver 
 trains, and a driver opened in the notebook's process breaks every later fork-based
 ``launch``: train them through ``kk.launcher.isolated`` (or inside a launched rank or a search
 worker). The pruning callbacks report the validation metric to an Optuna trial while the trees
-grow and stop a poor trial early.
+grow and stop a poor trial early; ``predict`` reads either library's booster the same way.
 """
 from __future__ import annotations
 
@@ -52,6 +52,12 @@ def lightgbm_device() -> tuple[str, str]:
         return "cpu", "no GPU"
     import lightgbm
     return _probe_lightgbm(lightgbm.__version__, tuple(g.uuid for g in found))
+
+
+def describe() -> str:
+    """Where each library's trees grow here, in one line for a notebook to print."""
+    device, why = lightgbm_device()
+    return f"XGBoost on {xgboost_device()}, LightGBM on {device} ({why})"
 
 
 @functools.cache
@@ -113,3 +119,17 @@ def lightgbm_pruning(trial, metric: str, data: str = "val"):
             if (name, eval_name) == (data, metric):
                 _report(trial, value, env.iteration)
     return callback
+
+
+def predict(booster, x, *, raw: bool = False):
+    """An XGBoost or LightGBM booster's prediction of ``x`` from the trees early stopping kept
+    (every tree without early stopping). XGBoost predicts on the host: a booster that trained on
+    CUDA is moved to the CPU first, since ``x`` is in host memory (predicting on the card would copy
+    it there and warn of mismatched devices). ``raw``: margins (logits), not probabilities."""
+    if type(booster).__module__.startswith("xgboost"):
+        import xgboost
+        booster.set_param({"device": "cpu"})
+        rounds = int(booster.attr("best_iteration") or booster.num_boosted_rounds() - 1) + 1
+        return booster.predict(xgboost.DMatrix(x, enable_categorical=True), iteration_range=(0, rounds),
+                               output_margin=raw)
+    return booster.predict(x, num_iteration=booster.best_iteration or None, raw_score=raw)

@@ -257,7 +257,7 @@ def best(objective: Callable, name: str, n_trials: int, *, defaults: dict, run, 
          direction: str = "minimize", study: str | None = None, **options) -> dict:
     """A search as a notebook runs one: ``optimize`` (its first trial at ``defaults``, its study
     in the run's ``tune`` folder: the unit ``name`` of data ``key``, or ``study`` as a unit names
-    it, ``unit.search``), its report in metrics.json (``search_<name>``) and its files, and the
+    it, ``unit.study``), its report in metrics.json (``search_<name>``) and its files, and the
     parameters to go on with: ``defaults`` updated with the best trial's (``defaults`` alone when
     ``n_trials`` is 0)."""
     if not n_trials:
