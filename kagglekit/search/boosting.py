@@ -132,4 +132,4 @@ def predict(booster, x, *, raw: bool = False):
         rounds = int(booster.attr("best_iteration") or booster.num_boosted_rounds() - 1) + 1
         return booster.predict(xgboost.DMatrix(x, enable_categorical=True), iteration_range=(0, rounds),
                                output_margin=raw)
-    return booster.predict(x, num_iteration=booster.best_iteration or None, raw_score=raw)
+    return booster.predict(x, raw_score=raw)  # LightGBM's own default: its best iteration when it has one
