@@ -59,8 +59,10 @@ def test_every_notebook_has_valid_metadata(notebook):
     ({"enable_gpu": True}, "enable_gpu", "unknown field"),
     ({"weights_via": "model"}, "weights_via", "beside a weights_from"),
     ({"weights_via": "hub", "weights_from": "quickstart"}, "weights_via", "\"dataset\" (make publish) or"),
-    ({"parameters": {"epcohs": 3}}, "parameters", "'epcohs' is not a parameter of quickstart.ipynb"),
-    ({"sandbox": {"precision": "fp61"}}, "sandbox", "precision='fp61' is not one of auto | fp32 | fp16 | bf16"),
+    ({"parameters": {"epcohs": 3}}, "parameters", "unknown parameter 'epcohs' (did you mean 'epochs'?) in quickstart"),
+    ({"parameters": {"epochs": 2.5}}, "parameters", "'epochs' = 2.5 is a float, but its default 8 is a int"),
+    ({"sandbox": {"precision": "fp61"}}, "sandbox", "'precision' = 'fp61' is not one of its choices (did you mean "
+                                                    "'fp16'? choose from auto | fp32 | fp16 | bf16) in quickstart"),
 ])
 def test_each_metadata_rule_names_the_file_field_and_fix(tmp_path, change, field, fix):
     path = tmp_path / "quickstart.json"

@@ -143,9 +143,9 @@ def _type_ok(default, value) -> bool:
     return isinstance(value, type(default))
 
 
-def check(declared: dict, injected: dict, allowed: dict | None = None) -> None:
-    """Raise ParameterError naming every unknown, mistyped or undeclared-choice injected
-    parameter (``allowed``: ``choices`` of the parameters cell)."""
+def problems(declared: dict, injected: dict, allowed: dict | None = None) -> list[str]:
+    """What is wrong with each injected parameter: unknown (with the nearest name), mistyped,
+    or outside the choices its comment lists (``allowed``: ``choices`` of the parameters cell)."""
     problems = []
     for name, value in injected.items():
         if name not in declared:
@@ -160,8 +160,14 @@ def check(declared: dict, injected: dict, allowed: dict | None = None) -> None:
             hint = f"did you mean {near[0]!r}? " if near else ""
             problems.append(f"parameter {name!r} = {value!r} is not one of its choices ({hint}"
                             f"choose from {' | '.join(allowed[name])})")
-    if problems:
-        raise ParameterError("; ".join(problems) + ". Fix the name or value given to papermill "
+    return problems
+
+
+def check(declared: dict, injected: dict, allowed: dict | None = None) -> None:
+    """Raise ParameterError naming every ``problems`` of the injected parameters."""
+    found = problems(declared, injected, allowed)
+    if found:
+        raise ParameterError("; ".join(found) + ". Fix the name or value given to papermill "
                              "(-p NAME VALUE) or to `make run P=...`.")
 
 

@@ -138,21 +138,18 @@ def _check_criteria(criteria, problems: list) -> None:
 
 def _check_parameters(meta: dict, notebook: Path, problems: list) -> None:
     """``parameters`` (Kaggle's values) and ``sandbox`` (the amounts ``make sandbox`` shrinks)
-    name only the notebook's declared parameters, each within its declared choices."""
-    from ...run.params import assignments, choices
+    name only the notebook's declared parameters, each of its default's type and within its
+    declared choices."""
+    from ...run import params
     from ..notebook_runner import parameters_source
     source = parameters_source(notebook) if notebook.exists() else None
-    declared = assignments(source) if source is not None else None
-    allowed = choices(source) if source is not None else {}
     for field in ("parameters", "sandbox"):
         values = meta.get(field, {})
         if not isinstance(values, dict):
             problems.append((field, "must be an object of notebook parameters"))
-        elif declared is not None:
-            for name in sorted(set(values) - set(declared)):
-                problems.append((field, f"{name!r} is not a parameter of {notebook.name}"))
-            for name in sorted(n for n in values if n in allowed and values[n] not in allowed[n]):
-                problems.append((field, f"{name}={values[name]!r} is not one of {' | '.join(allowed[name])}"))
+        elif source is not None:  # what the kernel's own check would refuse on Kaggle, said here
+            found = params.problems(params.assignments(source), values, params.choices(source))
+            problems += [(field, f"{problem} in {notebook.name}") for problem in found]
 
 
 def check_shape(shape) -> str | None:
