@@ -70,6 +70,7 @@ def test_trees_train_on_the_cpu_without_a_gpu(monkeypatch):
     assert boosting.xgboost_device() == "cpu"
     assert boosting.lightgbm_device() == ("cpu", "no GPU")
     assert boosting.describe() == "XGBoost on cpu, LightGBM on cpu (no GPU)"  # what a notebook prints
+    assert boosting.describe(["lightgbm"]) == "LightGBM on cpu (no GPU)"
 
 
 def test_the_lightgbm_gpu_probe_trains_in_a_process_of_its_own_once(monkeypatch, tmp_path):

@@ -54,10 +54,11 @@ def lightgbm_device() -> tuple[str, str]:
     return _probe_lightgbm(lightgbm.__version__, tuple(g.uuid for g in found))
 
 
-def describe() -> str:
-    """Where each library's trees grow here, in one line for a notebook to print."""
-    device, why = lightgbm_device()
-    return f"XGBoost on {xgboost_device()}, LightGBM on {device} ({why})"
+def describe(libraries=("xgboost", "lightgbm")) -> str:
+    """Where each of ``libraries``' trees grow here, in one line for a notebook to print."""
+    where = {"xgboost": lambda: f"XGBoost on {xgboost_device()}",
+             "lightgbm": lambda: "LightGBM on {} ({})".format(*lightgbm_device())}
+    return ", ".join(where[library]() for library in libraries)
 
 
 @functools.cache
