@@ -135,6 +135,7 @@ MUTABLES = {
     "kagglekit/tasks/gbdt.py:EVAL": "constant validation metric names per task",
     "kagglekit/machine/signals.py:_requested": "this process's stop request (a signal handler sets it)",
     "kagglekit/loop/progress.py:_quiet": "a context variable: quiet bars inside a with-block only",
+    "kagglekit/machine/budget.py:_whole_or_nothing": "a context variable: set while a search trial runs",
 }
 _MUTABLE_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "deque", "Counter", "bytearray",
                   "WeakKeyDictionary", "WeakValueDictionary", "WeakSet",

@@ -249,3 +249,37 @@ def test_a_search_that_only_fails_stops_with_its_error_and_the_fixed_one_carries
     study = tune.optimize(lambda t: t.suggest_float("x", 0, 1), "fixed", 4, directory=tmp_path,
                           workers=1)
     assert tune.counts(study) == {"FAIL": 6, "COMPLETE": 4}
+
+
+def test_a_trial_the_sessions_deadline_cuts_short_is_run_again_by_the_next_version(tmp_path, monkeypatch, capsys):
+    """The deadline passed mid-search (a forecast's LSTM search under a time budget): each
+    trial's fit stopped before its first epoch, and four failed trials ended the notebook with
+    SearchFailed. A trial whose fit the deadline cut short is no failure and has no value: the
+    search stops for the time, goes on with the defaults, and the next session runs that same
+    point (here the defaults) first."""
+    monkeypatch.setenv("KAGGLEKIT_OUTPUT", str(tmp_path / "out"))
+    run = kk.start({"seed": 0}, "cut", declared={"seed": 0}, verbose=False)
+    x, y = torch.randn(64, 4), torch.randint(0, 2, (64,))
+    session = {"budget": 0.5, "epochs": 10_000}
+
+    def objective(trial):
+        lr = trial.suggest_float("lr", 1e-3, 1e-1, log=True)
+        model = torch.nn.Linear(4, 2)
+        loader = data.make_loader(torch.utils.data.TensorDataset(x, y), 8, num_workers=0)
+        result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=lr), loader, kk.supervised(F.cross_entropy),
+                        run=kk.Alone(device="cpu", time_budget=session["budget"]), epochs=session["epochs"],
+                        progress=False)
+        return min(h["train_loss"] for h in result.history)  # as the forecast's: no epoch, no value
+
+    assert tune.best(objective, "cut", 3, defaults={"lr": 0.01}, run=run, direction="minimize") == {"lr": 0.01}
+    said = capsys.readouterr().out
+    assert "cut short by the session's time" in said and "(time budget)" in said
+    db = next((tmp_path / "out" / "tune").glob("*.db"))
+    trials = tune.load_study(db.stem, kk.studystore.storage_url(db), "minimize").get_trials(deepcopy=False)
+    assert [t.state.name for t in trials] == ["FAIL", "WAITING"] and trials[0].user_attrs["cut_short"]
+
+    session.update(budget=None, epochs=2)  # the next version, with the time to finish
+    tune.best(objective, "cut", 3, defaults={"lr": 0.01}, run=run, direction="minimize")
+    trials = tune.load_study(db.stem, kk.studystore.storage_url(db), "minimize").get_trials(deepcopy=False)
+    done = [t for t in trials if t.state.name == "COMPLETE"]
+    assert len(done) == 3 and done[0].params == {"lr": 0.01}  # the point cut short, first

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..machine import ascard, precision as precision_mod, signals
-from ..machine.budget import Unfinished
+from ..machine.budget import Unfinished, partial_unwanted
 from ..parallel import ranks
 from . import accel, cudagraph, fitoptions, monitor, schedule, validation
 from .durable import Durable
@@ -105,6 +105,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
     if result.stopped == Stop.TIME_BUDGET and durability.unit:
         raise Unfinished(f"{durability.checkpoints.root.name}: the session's time ran out at step "
                          f"{result.steps}; saved {result.checkpoint}: the next session resumes it")
+    if result.stopped == Stop.TIME_BUDGET and partial_unwanted():  # a search trial's fit
+        raise Unfinished(f"the session's time ran out at step {result.steps} of a search trial's fit")
     return result
 
 

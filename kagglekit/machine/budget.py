@@ -6,6 +6,8 @@ a safety margin, counted from the kernel's start (not from the fit call).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import os
 import time
@@ -21,6 +23,27 @@ class Unfinished(Exception):
 
     One type wherever the work ran: a launched rank, a search worker or an ``isolated`` child
     raising it reaches the notebook as ``Unfinished`` (``forked`` carries it by type)."""
+
+
+# Set while a search trial runs: a fit the deadline cuts short there raises Unfinished even
+# without a unit's checkpoints, since a trial's value is its whole training's or nothing.
+_whole_or_nothing = contextvars.ContextVar("whole_or_nothing", default=False)
+
+
+@contextlib.contextmanager
+def whole_or_nothing():
+    """Within it, a fit cut short by the deadline raises ``Unfinished``: its partial result is
+    of no use (a search trial, whose value would be a shorter training's)."""
+    token = _whole_or_nothing.set(True)
+    try:
+        yield
+    finally:
+        _whole_or_nothing.reset(token)
+
+
+def partial_unwanted() -> bool:
+    """Is a fit cut short by the deadline to raise ``Unfinished`` here (``whole_or_nothing``)?"""
+    return _whole_or_nothing.get()
 
 
 def process_start_time(pid: int | str = "self") -> float | None:

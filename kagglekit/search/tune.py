@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..loop import progress
-from ..machine.budget import Budget
+from ..machine.budget import Budget, Unfinished, whole_or_nothing
 from ..parallel.forked import run_forked
 from ..run import workpool
 from . import sizing, studystore
@@ -65,7 +65,8 @@ def _failing(study, session_start: int, n_trials: int) -> str | None:
     """Why to stop for failed trials, or None. Only this session's trials count: the
     failures of an earlier session (a bug fixed since, a killed kernel) do not stop the
     search that follows the fix."""
-    mine = [t.state.name for t in study.get_trials(deepcopy=False) if t.number >= session_start]
+    mine = [t.state.name for t in study.get_trials(deepcopy=False)
+            if t.number >= session_start and not t.user_attrs.get("cut_short")]  # the deadline's, not the objective's
     failed = mine.count("FAIL")
     finished = sum(mine.count(s) for s in FINISHED)
     if failed >= FAILS_BEFORE_GIVING_UP and finished == 0:
@@ -74,6 +75,13 @@ def _failing(study, session_start: int, n_trials: int) -> str | None:
     if failed > max(FAILS_BEFORE_GIVING_UP, n_trials):
         return f"too many failed trials ({failed} in this session)"
     return None
+
+
+def _ran_out(study, session_start: int, budget: Budget) -> bool:
+    """Has this session's time run out for the search: the deadline passed, or a trial of this
+    session cut short by it (the fits of any trial started now would be cut too)?"""
+    return not budget.allows(0.0) or any(t.user_attrs.get("cut_short") for t in study.get_trials(deepcopy=False)
+                                         if t.number >= session_start)
 
 
 def _next_trial(study, url: str, lock: Path, n_trials: int, budget: Budget, options: dict):
@@ -98,7 +106,8 @@ def _next_trial(study, url: str, lock: Path, n_trials: int, budget: Budget, opti
             if finished + running >= total:
                 return None, f"time budget: {total} of {n_trials} trials fit, at {scale:.2f} of their size"
         typical = trial_seconds(study)
-        if typical is not None and not budget.allows(1.2 * typical * scale):
+        if _ran_out(study, options.get("session_start", 0), budget) or (
+                typical is not None and not budget.allows(1.2 * typical * scale)):
             return None, "time budget"
         # Optuna warns that heartbeats are meant for Study.optimize; _work records them.
         warnings.filterwarnings("ignore", message="Heartbeat of storage")
@@ -127,7 +136,8 @@ def _work(objective: Callable, name: str, url: str, direction: str, n_trials: in
                 progress.quiet():  # one line per trial, not a progress bar per fit
             try:
                 try:
-                    value = objective(trial)
+                    with whole_or_nothing():  # a fit the deadline cuts short raises Unfinished
+                        value = objective(trial)
                 finally:  # the objective's own time: what a smaller trial shrinks
                     if options.get("shrink"):
                         trial.set_user_attr("work_s", time.monotonic() - started)
@@ -135,6 +145,12 @@ def _work(objective: Callable, name: str, url: str, direction: str, n_trials: in
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
                 _say(trial, f"pruned ({pruned})", started)
                 continue
+            except Unfinished as cut:  # not the objective's fault, and no value: the next version runs it
+                trial.set_user_attr("cut_short", str(cut)[:500])
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                study.enqueue_trial(trial.params)  # the same point first (the defaults, when it was them)
+                _say(trial, "cut short by the session's time (not counted: the next version runs it again)", started)
+                return "time budget"
             except Exception as err:  # noqa: BLE001 - one bad trial must not end the search
                 trial.set_user_attr("error", f"{type(err).__name__}: {err}"[:500])
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -266,6 +282,10 @@ def best(objective: Callable, name: str, n_trials: int, *, defaults: dict, run, 
     found = optimize(objective, study_name, n_trials, directory=run.output_dir / "tune", direction=direction,
                      first_params=defaults, run=run, seed=run.seed, **options)
     run.log(**{f"search_{name}": summarize(found, run.output_dir, prefix=f"tune_{name}")})
+    if not any(t.state.name == "COMPLETE" for t in found.get_trials(deepcopy=False)):
+        print(f"kagglekit tune: {name}: no trial finished this session's time (the next version carries "
+              "on): going on with the defaults")
+        return dict(defaults)
     return {**defaults, **found.best_params}
 
 
