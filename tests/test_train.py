@@ -1,11 +1,12 @@
-import time
 
+import clock as virtual_clock
 import pytest
 import torch
 from torch.nn import functional as F
 
 import kagglekit as kk
 from kagglekit import accel, datasets, loaders as data, models
+from kagglekit.loop.durable import FIRST_SAVE_FLOOR_S
 from kagglekit.state.checkpoint import CheckpointManager
 
 LOSS = kk.supervised(F.cross_entropy)
@@ -79,24 +80,28 @@ def test_strict_compile_raises_instead_of_falling_back():
         compiled.run(lambda m: m(torch.randn(2, 16)))
 
 
-def _fit_until(budget, ckpt: CheckpointManager):
-    """A fit of 30 ms steps and many epochs, stopped by ``budget``: (data, model, optimizer, result)."""
+def _fit_until(budget, ckpt: CheckpointManager, clock):
+    """A fit of 30 ms steps (on ``clock``) and many epochs, stopped by ``budget``:
+    (data, model, optimizer, result)."""
     ds, model = _setup()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
     def slow_loss(m, batch):
-        time.sleep(0.03)
+        clock.sleep(0.03)
         return LOSS(m, batch)
     result = kk.fit(model, opt, data.make_loader(ds, 8, num_workers=0), slow_loss, run=kk.Alone(time_budget=budget),
                     epochs=50, checkpoints=ckpt, save_every_min=None, progress=False)
     return ds, model, opt, result
 
 
-def test_time_budget_stops_with_a_checkpoint_before_the_deadline(tmp_path):
+def test_time_budget_stops_with_a_checkpoint_before_the_deadline(tmp_path, monkeypatch):
+    """On the virtual clock (tests/clock.py): steps of exactly 30 ms, saves that take no time.
+    The stop keeps room for two steps and twice the first save's floor, and no more."""
+    clock = virtual_clock.install(monkeypatch)
     ckpt = CheckpointManager(tmp_path, search=[])
     budget = kk.Budget(1.5)
-    ds, model, opt, result = _fit_until(budget, ckpt)
-    assert result.stopped == "time_budget" and budget.remaining() > 0
+    ds, model, opt, result = _fit_until(budget, ckpt, clock)
+    assert result.stopped == "time_budget" and 0 < budget.remaining() < 2 * FIRST_SAVE_FLOOR_S + 0.1
     found, state = ckpt.load_latest()
     assert found.step == result.steps and not found.meta["final"]
     # The next session carries on from there and finishes.
@@ -109,14 +114,15 @@ def test_a_slow_first_save_still_ends_before_the_deadline(tmp_path, monkeypatch)
     """The save a stop ends with is the run's first (no timed save before it): its time unknown,
     the stop must leave room for it anyway. A disk that takes 0.4 s per save, 2.5 s of budget:
     without an estimate of the first save the loop ran until 0.06 s were left and overran."""
+    clock = virtual_clock.install(monkeypatch)
     save = CheckpointManager.save
 
     def slow_save(self, *args, **kwargs):
-        time.sleep(0.4)
+        clock.sleep(0.4)
         return save(self, *args, **kwargs)
     monkeypatch.setattr(CheckpointManager, "save", slow_save)
     budget = kk.Budget(2.5)
-    *_, result = _fit_until(budget, CheckpointManager(tmp_path, search=[]))
+    *_, result = _fit_until(budget, CheckpointManager(tmp_path, search=[]), clock)
     assert result.stopped == "time_budget" and budget.remaining() > 0 and result.steps > 5
 
 
