@@ -31,8 +31,9 @@ $(STAMP): requirements.txt pyproject.toml setup/ipython_kernel_config.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --no-compile --disable-pip-version-check -r requirements.txt
 	@# pip compiles on one core; compileall on all of them (25 s less here). A file written for
-	@# another Python (torch ships one in 3.12 syntax) stays source, as pip leaves it.
-	$(PY) -m compileall -q -j 0 $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") > /dev/null || true
+	@# another Python (torch ships one in 3.12 syntax) stays source, as pip leaves it. The
+	@# packages' own test suites (3,400 files, half the time: 14 s of 31 here) are never imported.
+	$(PY) -m compileall -q -j 0 -x '/tests?/' $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") > /dev/null || true
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (kagglekit)"
 	mkdir -p $(VENV)/etc/ipython && cp setup/ipython_kernel_config.py $(VENV)/etc/ipython/
