@@ -107,6 +107,7 @@ def _check_the_folds_across_versions(runs: Path) -> None:
     printed = "".join("".join(o["text"]) for cell in executed["cells"] for o in cell.get("outputs", [])
                       if "text" in o)
     assert "folds 0-1 of 4 done, 2-3 next version" in printed
+    assert executed["cells"][0]["outputs"] == []  # the hidden install cell says nothing (it printed pip's call)
     assert not (runs / "v1" / "working" / "oof.parquet").exists() and "scores" not in cv[1]["cv_gnn"]
     assert [cv[2]["chain"][f"cache:gnn-fold{k}"] for k in range(4)] == ["hit", "hit", "computed", "computed"]
     assert cv[2]["cv_gnn"]["pending"] == [] and (runs / "v2" / "working" / "oof.parquet").exists()

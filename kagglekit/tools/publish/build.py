@@ -121,9 +121,9 @@ if _missing:
         f"{{', '.join(_missing)}}: not in Kaggle's image, and no attached input holds its wheel. "
         "Attach the dataset {owner}/kagglekit-wheels (make push creates it and attaches it to "
         "every notebook that needs it), or turn the kernel's internet on and pip install it.") from None
-subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
-                "--target", os.path.join(_dir, "site"), *[hits[0] for hits in _found.values()]],
-               check=True)
+_installed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                             "--target", os.path.join(_dir, "site"), *[hits[0] for hits in _found.values()]],
+                            check=True)  # assigned: a cell's last value is printed, paths and all
 '''
 
 
