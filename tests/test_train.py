@@ -1,4 +1,3 @@
-
 import clock as virtual_clock
 import pytest
 import torch
