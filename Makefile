@@ -1,4 +1,8 @@
 # kagglekit: every target sets itself up (a .venv with the pinned requirements).
+# No built-in rules or variables: GNU make defines AS (the assembler, `as`), CC, RM and others,
+# and a variable of the Makefile named like one is never empty (AS=t4 was, once: every make run
+# failed). The Makefile's own names are none of make's (tests/test_makefile.py checks both).
+MAKEFLAGS += --no-builtin-rules --no-builtin-variables
 SHELL := bash
 PYTHON ?= python3
 VENV := .venv
@@ -16,6 +20,11 @@ TEST_JOBS ?= 2
 # V=1: keep the warnings the kit silences because they carry nothing for the user.
 ifdef V
 export KAGGLEKIT_VERBOSE := 1
+endif
+
+# The names this Makefile once read under another name: said in one line, not ignored.
+ifeq ($(origin AS),command line)
+$(error AS=$(AS) is now CARD=$(AS) (make's own AS names the assembler))
 endif
 
 ## help: this list
@@ -48,9 +57,9 @@ $(LAB_STAMP): setup/lab-requirements.txt $(STAMP)
 lab: $(LAB_STAMP)
 	KAGGLEKIT_RUNS=$(CURDIR)/runs/lab $(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
-## run: execute the notebooks locally into runs/<NB>/<config>/ (NB=name, P="epochs=3 seed=1", KAGGLE=1: Kaggle's parameters, AS=t4: a bigger CUDA card as a T4)
+## run: execute the notebooks locally into runs/<NB>/<config>/ (NB=name, P="epochs=3 seed=1", KAGGLE=1: Kaggle's parameters, CARD=t4: a bigger CUDA card as a T4)
 run: $(STAMP)
-	$(if $(AS),KAGGLEKIT_AS=$(AS)) $(PY) -m kagglekit.tools.cli run $(NB) $(if $(KAGGLE),--kaggle) $(foreach p,$(P),-p $(p))
+	$(if $(CARD),KAGGLEKIT_AS=$(CARD)) $(PY) -m kagglekit.tools.cli run $(NB) $(if $(KAGGLE),--kaggle) $(foreach p,$(P),-p $(p))
 
 ## runs: every local run (one folder per configuration) with its status and headline results
 runs: $(STAMP)
@@ -91,9 +100,9 @@ push: $(STAMP)
 status: $(STAMP)
 	$(PY) -m kagglekit.tools.cli status $(NB) $(if $(WAIT),--wait)
 
-## output: download a finished Kaggle run into runs/kaggle/<slug>/v<N>/ (FORCE=1 while it runs; V=3: that version's)
+## output: download a finished Kaggle run into runs/kaggle/<slug>/v<N>/ (FORCE=1 while it runs; VERSION=3: that version's)
 output: $(STAMP)
-	$(PY) -m kagglekit.tools.cli output $(NB) $(if $(FORCE),--force) $(if $(V),--version $(V))
+	$(PY) -m kagglekit.tools.cli output $(NB) $(if $(FORCE),--force) $(if $(VERSION),--version $(VERSION))
 
 ## submit: the latest finished version's checked submission to its competition (NB=segmentation_3d or timeseries_store_sales, M="message")
 submit: $(STAMP)
@@ -135,9 +144,9 @@ quota: $(STAMP)
 soak: $(STAMP)
 	$(PY) tests/soak.py
 
-## sandbox: what push sends, run in Kaggle's image (sandbox/kaggle-image.txt) on Kaggle's T4 x2 (emulated without a GPU), 3 versions each and a competition's scoring rerun (NB=name, JOBS=2 side by side, DATA=data/<slug>: your copy of the real files)
+## sandbox: what push sends, run in Kaggle's image (sandbox/kaggle-image.txt) on Kaggle's T4 x2 (emulated without a GPU), 3 versions each and a competition's scoring rerun (NB=name, JOBS=2 side by side, DATA=data/<slug>: your copy of the real files, KEEP=folder: the versions' outputs kept there)
 sandbox: $(STAMP) $(SANDBOX_STAMP)
-	$(PY) -m kagglekit.tools.cli sandbox $(NB) $(if $(CAP),--cap $(CAP)) $(if $(JOBS),--jobs $(JOBS)) $(if $(DATA),--data $(DATA))
+	$(PY) -m kagglekit.tools.cli sandbox $(NB) $(if $(CAP),--cap $(CAP)) $(if $(JOBS),--jobs $(JOBS)) $(if $(DATA),--data $(DATA)) $(if $(KEEP),--keep $(KEEP))
 
 ## gpu-bundle: the wheels a lent GPU's image lacks (cp312, manylinux x86-64), with a manifest, in .gpu-bundle/ (at most 56 MiB)
 gpu-bundle: $(STAMP)

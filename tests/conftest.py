@@ -108,6 +108,25 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 
+@pytest.fixture(scope="session")
+def kernel_env():
+    """The sandbox's kernel venv, Kaggle's image (`make test` builds it first; reused while the
+    image list is unchanged): its python."""
+    import contextlib
+    import subprocess
+
+    from kagglekit.tools.kernelenv import kernel_python
+    with contextlib.chdir(REPO):  # sandbox/ is read relative to the checkout
+        python = kernel_python()
+    have = subprocess.run([str(python), "-I", "-c", "import importlib.util as u, torch, numpy; "
+                           "print(*(u.find_spec(m) is None for m in ('torch_geometric', 'kagglekit',"
+                           " 'imagecodecs')), numpy.__version__)"], capture_output=True, text=True,
+                          check=True)
+    # Kaggle's NumPy 2.4; no PyG, no kit, no imagecodecs (the image lacks all three)
+    assert have.stdout.split() == ["True", "True", "True", "2.4.4"]
+    return python
+
+
 @pytest.fixture(autouse=True)
 def hermetic_env(monkeypatch, tmp_path):
     """No test sees the developer's Kaggle credentials, a real /kaggle, or a GPU override."""

@@ -8,7 +8,6 @@ fresh machine)."""
 import contextlib
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,21 +17,6 @@ NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))  # all 
 SERVED = "timeseries_served"  # the forecast in an inference-server competition (a kernel-metadata variant)
 
 pytestmark = [pytest.mark.slow]
-
-
-@pytest.fixture(scope="session")
-def kernel_env():
-    """The sandbox venv (`make test` builds it first; reused while the image list is unchanged)."""
-    from kagglekit.tools.kernelenv import kernel_python
-    with _in_repo():
-        python = kernel_python()
-    have = subprocess.run([str(python), "-I", "-c", "import importlib.util as u, torch, numpy; "
-                           "print(*(u.find_spec(m) is None for m in ('torch_geometric', 'kagglekit',"
-                           " 'imagecodecs')), numpy.__version__)"], capture_output=True, text=True,
-                          check=True)
-    # Kaggle's NumPy 2.4; no PyG, no kit, no imagecodecs (the image lacks all three)
-    assert have.stdout.split() == ["True", "True", "True", "2.4.4"]
-    return python
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +39,8 @@ def _in_repo():
 
 
 @pytest.mark.sandbox
-@pytest.mark.parametrize("notebook", NOTEBOOKS + [SERVED])
+@pytest.mark.parametrize("notebook", [n for n in NOTEBOOKS if n != "quickstart"] + [SERVED])  # quickstart: as
+# a user types it, `make sandbox NB=quickstart` (tests/test_makefile.py)
 def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_or_skip(
         bench, notebook, tmp_path, monkeypatch):
     """What `make sandbox NB=<notebook>` runs: the build push sends, three versions, and for the

@@ -168,10 +168,34 @@ def test_a_units_code_is_what_its_function_reaches_in_the_notebook(tmp_path):
     assert kk.keys.code_version([base.train, base.Model]) == version  # each reached once
 
 
-def test_a_unit_named_by_the_parameters_it_depends_on_refuses_one_that_is_not(tmp_path):
+def test_a_units_config_holds_values_and_leave_out_needs_a_parameter_and_its_reason(tmp_path):
     run = _start(tmp_path / "out", lr=0.05)
-    named = run.unit("pre", config=("lr", "seed"), data=[X])
-    assert named.config == {"lr": 0.05, "seed": 0}
-    assert named.key == run.unit("pre", config={"lr": 0.05, "seed": 0}, data=[X]).key
-    with pytest.raises(ValueError, match=r"unit 'pre': 'lrr' is not a parameter of this notebook"):
-        run.unit("pre", config=("lrr", "seed"))
+    with pytest.raises(kk.unit.IdentityError, match=r"config= holds the values handed to it .* \(got a tuple\)"):
+        run.unit("pre", config=("lr", "seed"), data=[X], code=_train)
+    unit = run.unit("pre", config={"width": 8}, data=[X], code=_train)
+    assert unit.config == {"lr": 0.05, "epochs": 1, "precision": "auto", "seed": 0, "width": 8}
+    with pytest.raises(kk.unit.IdentityError, match=r"leave_out names 'lrr', not a parameter"):
+        run.unit("pre", code=_train, leave_out={"lrr": "a typo"})
+    with pytest.raises(kk.unit.IdentityError, match=r"leave_out=\{'lr': ...\} needs its reason"):
+        run.unit("pre", code=_train, leave_out={"lr": " "})
+    left = run.unit("pre", code=_train, leave_out={"lr": "the test says so"})
+    assert "lr" not in left.config and left.key != unit.key
+    recorded = run.metrics["units"]["pre"]
+    assert recorded["left_out"] == {"lr": "the test says so"} and "lr" not in recorded["parameters"]
+    assert recorded["parameters"]["epochs"] == "_train -> run.config"
+
+
+def _reads_data_dir(run):
+    return run.config["data_dir"]
+
+
+def test_the_work_a_unit_runs_may_read_no_parameter_its_key_lacks(tmp_path):
+    """A unit named by one function, whose work calls another reading a parameter the first does not:
+    refused by name before it runs (a change of that parameter would be served the stale result)."""
+    run = _start(tmp_path / "out")
+    unit = run.unit("pre", code=_train, data=[X])
+    with pytest.raises(kk.unit.IdentityError, match=r"unit 'pre': its work reads data_dir \(<lambda> -> "
+                                                    r"_reads_data_dir -> run.config\), which its key does not hold"):
+        unit.cached(lambda: _reads_data_dir(run))
+    assert "cache:pre" not in run.chain  # nothing ran
+    assert run.unit("all", data=[X]).config == run.config  # without code=: every parameter

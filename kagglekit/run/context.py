@@ -118,19 +118,23 @@ class Run(Report):
             self._cache = Cache(self.output_dir / "cache", force=self.force_retrain)
         return self._cache
 
-    def unit(self, name: str, *, config=None, data=None, code=None):
-        """A unit of work of this run (``unit.Unit``): one key, from ``config`` (its run-control
-        keys aside; a dict, or the names of the parameters it depends on), ``data``'s fingerprint
-        and ``code``'s version (and the notebook code it reaches), naming its cache entry,
-        checkpoint folder and study."""
+    def unit(self, name: str, *, code=None, data=None, config: dict | None = None, leave_out: dict | None = None):
+        """A unit of work of this run (``unit.Unit``), named by one key: the parameters ``code``
+        (a function or class, or a list) reads, found in the code itself (every parameter
+        without code), ``data``'s fingerprint, ``code``'s version (and the notebook code it
+        reaches), and ``config``, the values handed to it that are not parameters (the searched
+        ones). ``leave_out``: ``{parameter: why}``, the only way a parameter it reads is not
+        its identity. The key names its cache entry, checkpoint folder and study."""
         from .unit import Unit
-        return Unit.of(self, name, config, data, code)
+        return Unit.of(self, name, config, data, code, leave_out)
 
-    def cached(self, name: str, config: dict, fn, *, data=None, code=None):
-        """``fn()``'s result for (config, data, code), from the cache when it is there (the
-        unit ``name``'s: ``run.unit(name, ...).cached(fn)``); hits, misses and time saved go to
-        metrics.json."""
-        return self.unit(name, config=config, data=data, code=code).cached(fn)
+    def cached(self, name: str, fn, *, code=None, data=None, config: dict | None = None,
+               leave_out: dict | None = None):
+        """``fn()``'s result, from the cache when it is there: the unit ``name`` (``run.unit``;
+        its code ``fn`` unless ``code`` says otherwise) ``.cached(fn)``; hits, misses and time
+        saved go to metrics.json."""
+        return self.unit(name, code=fn if code is None else code, data=data, config=config,
+                         leave_out=leave_out).cached(fn)
 
     def sub(self, folder: str) -> Run:
         """A run of its own in ``<output>/<folder>`` (its cache, checkpoints, folds and

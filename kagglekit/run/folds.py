@@ -60,14 +60,15 @@ class Fold:
         empty = torch.zeros(size, dtype=torch.bool)
         return tuple(empty.index_fill(0, rows[torch.as_tensor(part)], True) for part in (self.train, self.val))
 
-    def sub(self, name: str, config: dict | None = None, code=None):
+    def sub(self, name: str, config: dict | None = None, code=None, leave_out: dict | None = None):
         """A training inside this fold as a unit of its own (``<name>-fold<k>``): the fold's
-        data and rows, and ``config`` and ``code`` when given (else the fold's), so that one
-        model's parameters changed retrain that model only."""
-        own = {**(self.unit.config if config is None else config), "fold": self.index,
-               "split": self.unit.config["split"]}
-        return Unit.keyed(self.unit.run, f"{name}-fold{self.index}", own, self.unit.fingerprint,
-                          self.unit.code if code is None else code)
+        data and rows, the parameters ``code`` reads (else the fold's code), the values ``config``
+        hands it, so that one model's parameters changed retrain that model only."""
+        fold = self.unit
+        handed = {k: v for k, v in fold.config.items() if k not in fold.reads}  # the fold's own values
+        values = {**(handed if config is None else config), "fold": self.index, "split": fold.config["split"]}
+        return Unit.keyed(fold.run, f"{name}-fold{self.index}", values, fold.fingerprint,
+                          fold.code if code is None else code, fold.left_out if leave_out is None else leave_out)
 
 
 def _ranges(indices: list[int]) -> str:
@@ -90,13 +91,14 @@ class CrossValidation:
         splitter: a scikit-learn splitter; its ``split(X, y, groups)`` is called on ``n`` rows.
         n / y / groups: the rows, their labels (stratified splits) and groups (grouped ones).
         ids: one id per row (what blends align on); default: the row's position.
-        config / data / code: each fold unit's identity beside the fold: ``config`` (default:
-            the run's parameters; run control aside either way), the data's content and the code
-            that trains a fold.
+        code / data / config / leave_out: each fold unit's identity beside the fold (``run.unit``):
+            the parameters the code that trains a fold reads (every one without code), the data's
+            content, the values handed to it (the searched parameters) and the parameters left
+            out by name, with the reason.
     """
 
     def __init__(self, run, name: str, splitter, *, n: int, y=None, groups=None, ids=None,
-                 config: dict | None = None, data=None, code=None):
+                 code=None, data=None, config: dict | None = None, leave_out: dict | None = None):
         self.context, self.splitter, self.n = run, splitter, n
         self.ids = np.asarray(ids if ids is not None else np.arange(n)).astype(str)
         split = keys.derive(repr(splitter), n, keys.fingerprint([_array(y), _array(groups), list(self.ids)]))
@@ -106,8 +108,8 @@ class CrossValidation:
         self.folds = self._load_or_split(y, groups)
         content = keys.fingerprint(data) if data is not None else ""  # once for every fold
         for fold in self.folds:
-            own = run.config if config is None else config
-            fold.unit = Unit.keyed(run, fold.name, {**own, "fold": fold.index, "split": split}, content, code)
+            values = {**(config or {}), "fold": fold.index, "split": split}
+            fold.unit = Unit.keyed(run, fold.name, values, content, code, leave_out)
 
     def _load_or_split(self, y, groups) -> list[Fold]:
         from ..machine import env
@@ -132,6 +134,8 @@ class CrossValidation:
         ``{fold index: Predictions}`` of the done ones. A fold that raises ``Unfinished`` is
         left (with every fold after it) for the next version."""
         results, spent = {}, []
+        for fold in self.folds[:1]:
+            fold.unit.check(train_fold)  # it reads no parameter the folds' key lacks
         for fold in self.folds:
             done = fold.unit.done
             if not done and not self._fits(fold.unit, spent, per_version):

@@ -14,7 +14,14 @@ everything it leaves::
 Not finished is one exception, ``Unfinished``: a fit given a unit's checkpoints raises it when
 the session's deadline cuts it short (after saving), ``launch`` carries it back from a rank by
 type, ``cached`` stores nothing, and the next version resumes the fit from its checkpoint.
-``fits(seconds)`` says whether one more unit fits the session's time left. A unit found done
+``fits(seconds)`` says whether one more unit fits the session's time left.
+
+Its identity is what its code reads (``state.reads``): every notebook parameter the functions
+``code`` names reach, directly or through the notebook's values, is in its key; so are the values
+handed to it (``config=``: a dict of what is not a parameter, such as the searched values). A
+parameter leaves the identity only by name, with the reason (``leave_out={"model_dir": "..."}``).
+A unit without ``code`` depends on every parameter. The function a unit finally runs is checked
+against its identity (``cached``): one that reads a parameter the key lacks is refused by name. A unit found done
 carries its finished checkpoints into this output (``cached`` does it): the version after
 next, and Kaggle's scoring rerun, still find the weights it predicts with.
 
@@ -24,12 +31,14 @@ stored under the old ``epochs``, is recomputed in place (``keys.shaping``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 from ..machine.budget import Unfinished
 from ..state import keys
 from ..state.checkpoint import CheckpointManager
 from ..state.identity import Identity
+from ..state.reads import parameters_read
 
 ESTIMATE_MARGIN = 1.2  # a unit is started only when the time left holds 1.2 of its estimate
 
@@ -42,23 +51,56 @@ class Unit:
     fingerprint: str  # the data's ("" without data)
     code: object  # what code= named (its version is part of the key)
     key: str
+    reads: dict = field(default_factory=dict, compare=False)  # parameter -> how the code reaches it
+    left_out: dict = field(default_factory=dict, compare=False)  # parameter -> why it is not the identity
 
     @classmethod
-    def of(cls, run, name: str, config=None, data=None, code=None) -> Unit:
-        """``config``: a dict, or the names of the notebook parameters the unit depends on."""
+    def of(cls, run, name: str, config=None, data=None, code=None, leave_out=None) -> Unit:
+        """``config``: the values handed to it besides the parameters its code reads (a dict);
+        ``leave_out``: ``{parameter: why it does not change the result}``."""
         if not name or "/" in name:
             raise ValueError(f"unit name {name!r} must be a non-empty name without '/': it names "
                              "the unit's cache, checkpoint and study folders")
-        if isinstance(config, (list, tuple)):
-            config = _parameters(run.config, name, config)
-        return cls.keyed(run, name, dict(config or {}),
-                          keys.fingerprint(data) if data is not None else "", code)
+        return cls.keyed(run, name, config, keys.fingerprint(data) if data is not None else "", code, leave_out)
 
     @classmethod
-    def keyed(cls, run, name: str, config: dict, fingerprint: str, code) -> Unit:
-        """The unit of data already fingerprinted (the folds of one data set)."""
-        return cls(run, name, config, fingerprint, code,
-                   keys.key(config, code=code, run_control=run.run_control, content=fingerprint))
+    def keyed(cls, run, name: str, config, fingerprint: str, code, leave_out=None) -> Unit:
+        """The unit of data already fingerprinted (the folds of one data set): its config is
+        the parameters ``code`` reads (every parameter without code), ``leave_out`` aside, and
+        the values ``config`` hands it."""
+        values, left = _values(name, config), _left_out(run, name, leave_out)
+        reads = _reads(run, code)
+        own = {p: run.config[p] for p in reads if p not in left}
+        config = {**own, **values}
+        unit = cls(run, name, config, fingerprint, code,
+                   keys.key(config, code=code, run_control=run.run_control, content=fingerprint), reads, left)
+        unit.record()
+        return unit
+
+    def record(self) -> None:
+        """Its identity in metrics.json (``units``): what a person reads to see why it trained
+        again, and what the suite checks against the notebook's code."""
+        if os.getpid() != getattr(self.run, "pid", os.getpid()):
+            return  # a rank's or a worker's copy: the notebook's process records it
+        units = self.run.metrics.setdefault("units", {})
+        units[self.name] = {"key": self.key, "left_out": self.left_out,
+                            "parameters": {p: via for p, via in self.reads.items() if p not in self.left_out},
+                            "values": sorted(k for k in self.config if k not in self.reads),
+                            "config": keys.without(self.config, self.run.run_control),
+                            "fingerprint": self.fingerprint, "code": keys.code_digest(self.code)}
+
+    def check(self, fn) -> None:
+        """Refuse ``fn``, the work this unit runs, when it reads a parameter its identity does not
+        hold (a stale result would be served when that parameter changes)."""
+        if self.code is None:
+            return  # every parameter is its identity
+        missing = {p: via for p, via in _reads(self.run, fn).items()
+                   if p not in self.config and p not in self.left_out and p not in keys.SESSION_ONLY}
+        if missing:
+            raise IdentityError(
+                f"unit {self.name!r}: its work reads {', '.join(sorted(missing))} ({'; '.join(missing.values())}), "
+                "which its key does not hold: name the function that reads it in code= (or leave it out by name "
+                "with the reason: leave_out={name: why})")
 
     @property
     def shaping(self) -> dict:
@@ -83,7 +125,9 @@ class Unit:
     def cached(self, fn):
         """``fn()``'s result, stored under this unit's key; a stored one is returned without
         running ``fn`` (its finished checkpoints carried into this output). ``fn`` raising
-        ``Unfinished`` stores nothing: the next version resumes it."""
+        ``Unfinished`` stores nothing: the next version resumes it. ``fn`` reading a parameter
+        the key does not hold is refused first (``check``)."""
+        self.check(fn)
         run, cache = self.run, self.run.cache
         value = cache.compute(self.name, self.key, fn, config=self.config, shaping=self.shaping)
         hit = cache.events[-1]["hit"]  # compute's own record of this entry
@@ -122,10 +166,46 @@ class Unit:
         return self.checkpoints().carry_finished()
 
 
-def _parameters(config: dict, unit: str, names) -> dict:
-    """The run's parameters ``names``, refused by name when one is not a parameter."""
-    unknown = [n for n in names if n not in config]
+class IdentityError(ValueError):
+    """A unit's work reads a parameter its key does not hold, or ``leave_out`` names no parameter
+    or gives no reason."""
+
+
+def _values(unit: str, config) -> dict:
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise IdentityError(f"unit {unit!r}: config= holds the values handed to it besides the notebook's "
+                            f"parameters, as a dict (got a {type(config).__name__}); the parameters its code "
+                            "reads are found from code=")
+    return dict(config)
+
+
+def _left_out(run, unit: str, leave_out) -> dict:
+    left = dict(leave_out or {})
+    unknown = [n for n in left if n not in run.config]
     if unknown:
-        raise ValueError(f"unit {unit!r}: {', '.join(map(repr, unknown))} is not a parameter of this notebook "
-                       f"(config= names its parameters: one of {', '.join(sorted(config))})")
-    return {n: config[n] for n in names}
+        raise IdentityError(f"unit {unit!r}: leave_out names {', '.join(map(repr, unknown))}, not a parameter of "
+                            f"this notebook (its parameters: {', '.join(sorted(run.config))})")
+    unexplained = [n for n, why in left.items() if not isinstance(why, str) or not why.strip()]
+    if unexplained:
+        raise IdentityError(f"unit {unit!r}: leave_out={{{unexplained[0]!r}: ...}} needs its reason, a sentence "
+                            "that says why its value does not change the unit's result")
+    return left
+
+
+# What the run context makes of the parameters for every piece of work: the precision every fit
+# computes in, and the seed that start() gives every generator.
+THROUGH_THE_RUN = (("precision", "run.precision: every fit computes in it"), ("seed", "run: start() seeds with it"))
+
+
+def _reads(run, code) -> dict:
+    """The run's parameters ``code`` reads (``state.reads``), and what the run context carries
+    into any work (``THROUGH_THE_RUN``); every parameter without code."""
+    if code is None:
+        return {p: "no code= given: every parameter" for p in run.config}
+    roots = [r for r in (code if isinstance(code, (list, tuple)) else [code]) if not isinstance(r, str)]
+    if not roots:  # a version given as text: what it reads is not known
+        return {p: "code= given as text: every parameter" for p in run.config}
+    found = parameters_read(roots, run.config, opaque=(type(run),))
+    return {**{p: why for p, why in THROUGH_THE_RUN if p in run.config}, **found}

@@ -27,8 +27,9 @@ class Model:
     """``train(data, threads) -> Predictions`` for one fold: ``data`` is ``fold_data(fold)``
     (the fold's training, validation and test inputs) with the unit under ``"unit"`` (its
     checkpoints), ``threads`` its process's share of the cores; its ``oof`` and ``test`` the
-    predictions (arrays). ``config``: what its result depends on (its parameters); ``code``: the
-    functions whose change retrains it; ``data``: its own ``fold_data`` (pseudo-labels)."""
+    predictions (arrays). ``config``: the values handed to it (its searched parameters); ``code``:
+    the functions whose change retrains it and whose parameters its key holds (default: ``train``
+    and the fold's data function); ``data``: its own ``fold_data`` (pseudo-labels)."""
     train: Callable
     config: dict
     code: object = None
@@ -62,8 +63,12 @@ def cross_validate(cv, models: dict, fold_data: Callable, *, target, metric, tes
     """Every model on every fold of ``cv`` (those not done yet, in worker processes); the
     CV result once all are done (``metric(truth, prediction)`` per model), else the pending
     folds said."""
-    units = {(fold.index, name): fold.sub(name, model.config, model.code)
+    code = {name: [model.train, model.data or fold_data] if model.code is None else model.code
+            for name, model in models.items()}
+    units = {(fold.index, name): fold.sub(name, model.config, code[name])
              for fold in cv.folds for name, model in models.items()}
+    for (_, name), unit in list(units.items())[:len(models)]:
+        unit.check([models[name].train, models[name].data or fold_data])  # it reads no parameter its key lacks
     jobs = [(unit, _Job(name, models[name], fold_data, cv.folds[k], unit)) for (k, name), unit in units.items()]
     done = workpool.share(cv.context, jobs, workers=workers)
     results = {}

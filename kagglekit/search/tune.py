@@ -270,15 +270,20 @@ def _refuse_a_search_that_only_failed(study, session_start: int, n_trials: int) 
 
 
 def best(objective: Callable, name: str, n_trials: int, *, defaults: dict, run, key=None,
-         direction: str = "minimize", study: str | None = None, **options) -> dict:
+         direction: str = "minimize", study: str | None = None, leave_out: dict | None = None,
+         **options) -> dict:
     """A search as a notebook runs one: ``optimize`` (its first trial at ``defaults``, its study
-    in the run's ``tune`` folder: the unit ``name`` of data ``key``, or ``study`` as a unit names
-    it, ``unit.study``), its report in metrics.json (``search_<name>``) and its files, and the
-    parameters to go on with: ``defaults`` updated with the best trial's (``defaults`` alone when
-    ``n_trials`` is 0)."""
+    in the run's ``tune`` folder, or ``study`` as a unit names it, ``unit.study``), its report in
+    metrics.json (``search_<name>``) and its files, and the parameters to go on with: ``defaults``
+    updated with the best trial's (``defaults`` alone when ``n_trials`` is 0).
+
+    The study is the unit ``name`` of ``objective`` (``run.unit``): the parameters it reads,
+    found in its code, its code and ``key``, the data the trials read (``leave_out``: parameters
+    it reads that do not change a trial's value, by name with the reason). More trials continue
+    the same study; a trial that would score otherwise starts another."""
     if not n_trials:
         return dict(defaults)
-    study_name = study or run.unit(name, data=key).study
+    study_name = study or run.unit(name, data=key, code=objective, leave_out=leave_out).study
     found = optimize(objective, study_name, n_trials, directory=run.output_dir / "tune", direction=direction,
                      first_params=defaults, run=run, seed=run.seed, **options)
     run.log(**{f"search_{name}": summarize(found, run.output_dir, prefix=f"tune_{name}")})

@@ -10,6 +10,7 @@ their config, data and model (``identity.Identity``).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -48,7 +49,13 @@ def key(config: dict | None, data=None, code=None, run_control=(), content: str 
     fingerprint when already known (the folds of one data set)."""
     if content is None:
         content = fingerprint(data) if data is not None else ""
-    return derive(without(config, run_control), content, code_version(code))
+    return derive(without(config, run_control), content, code_digest(code))
+
+
+def code_digest(code) -> str:
+    """``KEY_DIGITS`` hex digits of the sha256 of ``code_version(code)``: what a key holds of the
+    code (a unit's record in metrics.json carries it, so its key can be derived again)."""
+    return hashlib.sha256(code_version(code).encode()).hexdigest()[:KEY_DIGITS]
 
 
 def _hash_tensor(t: torch.Tensor, h) -> None:
@@ -145,7 +152,9 @@ def reached(roots: list) -> list:
 
 def _code_of(value):
     """The function or class behind ``value`` (a decorated function's own: ``torch.no_grad``,
-    ``functools.cache``), else None."""
+    ``functools.cache``; a ``functools.partial``'s), else None."""
+    if isinstance(value, functools.partial):
+        return _code_of(value.func)
     wrapped = getattr(value, "__wrapped__", None)
     if inspect.isfunction(wrapped) or inspect.isfunction(value):
         return inspect.unwrap(value)

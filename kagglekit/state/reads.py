@@ -1,0 +1,273 @@
+"""The notebook parameters a unit's work reads, found in its code: no hand-kept list.
+
+A unit's key must change when anything its work depends on changes. Its code's version is in
+the key (``keys.code_version``); so is every parameter that code reads, found here:
+
+- the parameters its functions and classes (and the notebook's functions and classes they
+  reach) name directly (``lr``, ``seed``);
+- through the notebook's *values* they use: ``train_set`` was made by a cell from
+  ``text_column`` and ``max_length``, so a unit training on ``train_set`` reads both. Each such
+  value is followed back to the top-level statements that bound (or changed) it in the
+  notebook's history, and their own names are followed in turn;
+- ``run.config["name"]`` and ``run.config.get("name")``; any other use of ``run.config`` is
+  every parameter (``run``: that name, or a global holding a value of the ``opaque`` types).
+
+A statement that binds several names (an ``if`` cell) is followed whole: a name may depend on
+more than it does, never on less. Only what ran before the unit was made counts: the statement
+making it (``params = {m: search(m) for m in models}``) has not bound its names yet, so a
+search's study does not depend on its own trial count through the value it is about to return.
+A parameter is left out of a unit's identity only by naming it with the reason
+(``run.unit(..., leave_out={"model_dir": "its identity is base_model"})``).
+
+The history is IPython's input (``In``) in a notebook, the module's source in a plain script.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import dis
+import inspect
+import linecache
+import sys
+import textwrap
+import types
+from collections.abc import Collection, Iterable
+
+from . import keys
+
+EVERY = "*"  # a use of run.config as a whole: every parameter
+
+
+def parameters_read(roots, parameters: Collection[str], opaque: tuple = ()) -> dict[str, str]:
+    """``{parameter: how the code reaches it}`` for the functions and classes ``roots`` (one or
+    a list), among ``parameters`` (the notebook's). The path reads ``train -> train_set ->
+    tokenized``: what a person follows to see why a parameter is in a unit's key. Values of the
+    ``opaque`` types are not followed to their statements (the run context: what it carries of
+    the parameters is read through ``run.config``, and its calls, ``run.log(...)``, change no
+    result)."""
+    roots = [r for r in (roots if isinstance(roots, (list, tuple)) else [roots]) if r is not None]
+    code = [keys._code_of(r) or r for r in roots]
+    code = [c for c in code if inspect.isfunction(c) or inspect.isclass(c)]
+    if not code:
+        return {}
+    namespace = _namespace(code[0])
+    walk = _Walk(namespace, set(parameters), _statements(namespace), code[0].__module__, opaque)
+    for root in code:
+        walk.function(root, _label(root))
+    return walk.found
+
+
+class _Walk:
+    """One search from a unit's code to the parameters it reads."""
+
+    def __init__(self, namespace: dict, parameters: set, statements: list, module: str, opaque: tuple):
+        self.namespace, self.parameters, self.statements, self.module = namespace, parameters, statements, module
+        self.opaque = opaque
+        self.runs = {"run"} | {n for n, v in namespace.items() if opaque and isinstance(v, opaque)}
+        self.found: dict[str, str] = {}
+        self.seen: set[str] = set()
+
+    def function(self, root, via: str) -> None:
+        for obj in keys.reached([root]):
+            path = via if obj is root else f"{via} -> {_label(obj)}"
+            self.seen.add(getattr(obj, "__name__", ""))
+            for code in _code_objects(obj):
+                self.names(_global_loads(code), path)
+            self.config(_config_reads_of(obj, self.runs), path)
+
+    def names(self, names: Iterable[str], via: str) -> None:
+        for name in names:
+            if name in self.parameters:
+                self.found.setdefault(name, f"{via} -> {name}")
+            elif name not in self.seen:
+                self.seen.add(name)
+                self.follow(name, f"{via} -> {name}")
+
+    def follow(self, name: str, via: str) -> None:
+        """A global of the notebook: its function's or class's reads, or a value's statements'."""
+        if name not in self.namespace:
+            return  # a builtin, or a name bound later
+        value = self.namespace[name]
+        own = keys._code_of(value)
+        if own is not None:
+            if getattr(own, "__module__", None) == self.module:
+                self.function(own, via)
+            return  # a library's function or class: pinned, not the notebook's
+        if isinstance(value, (types.ModuleType, *self.opaque)) or inspect.isbuiltin(value) or inspect.ismethod(value):
+            return
+        for bound, loads, node in self.statements:
+            if name in bound:
+                self.names(loads, via)
+                self.config(_config_reads(node, self.runs), via)
+
+    def config(self, names: set[str], via: str) -> None:
+        for name in (self.parameters if EVERY in names else names & self.parameters):
+            self.found.setdefault(name, f"{via} -> run.config")
+
+
+def _label(obj) -> str:
+    return getattr(obj, "__name__", type(obj).__name__)
+
+
+def _namespace(obj) -> dict:
+    if inspect.isfunction(obj):
+        return obj.__globals__
+    module = sys.modules.get(obj.__module__)
+    return vars(module) if module is not None else {}
+
+
+def _history(namespace: dict) -> list[str]:
+    """The notebook's cells as run (IPython's ``In``), else the module's source."""
+    cells = namespace.get("In")
+    if isinstance(cells, list) and cells:
+        return [c if isinstance(c, str) else "" for c in cells]
+    module = sys.modules.get(namespace.get("__name__", ""))
+    try:
+        return [inspect.getsource(module)] if module is not None else []
+    except (OSError, TypeError):
+        return []
+
+
+def _now(namespace: dict, cells: list[str]) -> tuple[int, int] | None:
+    """(the cell running now, its line) where the notebook's top level is at this moment; None
+    when it is not running (a function of a plain module called later)."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_globals is namespace and frame.f_code.co_name == "<module>":
+            source = "".join(linecache.getlines(frame.f_code.co_filename))
+            same = [i for i, cell in enumerate(cells) if cell.rstrip() == source.rstrip()]
+            return (same[-1], frame.f_lineno) if same and source.strip() else None
+        frame = frame.f_back
+    return None
+
+
+def _statements(namespace: dict) -> list[tuple[set, set, ast.stmt]]:
+    """``(names bound, global names loaded, the statement)`` of every top-level statement that ran
+    before now (definitions and imports aside: their objects are followed live)."""
+    cells = _history(namespace)
+    now = _now(namespace, cells)
+    found = []
+    for index, cell in enumerate(cells[:now[0] + 1] if now else cells):
+        try:
+            body = ast.parse(cell).body
+        except SyntaxError:
+            continue
+        for node in _before(body, now[1]) if now and index == now[0] else body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
+                continue
+            bound = _bound(node)
+            if bound:
+                module = ast.fix_missing_locations(ast.Module([node], type_ignores=[]))
+                found.append((bound, set(_global_loads(compile(module, "<cell>", "exec"))), node))
+    return found
+
+
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _before(body: list, line: int) -> list:
+    """The statements of ``body`` that ran before ``line``: those that end before it, and of the
+    compound statement holding it (a loop, an ``if``) its header and the part before it."""
+    kept = []
+    for node in body:
+        inner = getattr(node, "body", None) or [node]  # a match case has no line numbers of its own
+        start, end = getattr(node, "lineno", inner[0].lineno), getattr(node, "end_lineno", inner[-1].end_lineno)
+        if end < line:
+            kept.append(node)
+            continue
+        if start <= line and any(isinstance(getattr(node, f, None), list) for f in _BODIES):
+            part = copy.copy(node)
+            for f in _BODIES:
+                if isinstance(getattr(node, f, None), list):
+                    setattr(part, f, _before(getattr(node, f), line) or [ast.Pass()])
+            kept.append(part)
+        break  # a simple statement running now binds its names after it runs
+    return kept
+
+
+def _bound(node: ast.stmt) -> set[str]:
+    """The global names a statement binds or changes: assignment targets (``x[i] = ``, ``x.a = ``
+    change ``x``), loop and ``with`` targets, and the object of a method called as a statement
+    (``zoo.update(...)``), inside compound statements too."""
+    names: set[str] = set()
+    for sub in _outside_scopes(node):
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+            names.add(sub.id)
+        elif isinstance(sub, (ast.Subscript, ast.Attribute)) and isinstance(sub.ctx, ast.Store):
+            names |= _base(sub)
+        elif _method_call(sub):
+            names |= _base(sub.value.func.value)
+    return names
+
+
+def _method_call(node: ast.AST) -> bool:
+    """``x.method(...)`` as a statement of its own (it may change ``x``)."""
+    call = node.value if isinstance(node, ast.Expr) else None
+    return isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+
+
+def _base(node: ast.expr) -> set[str]:
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    return {node.id} if isinstance(node, ast.Name) else set()
+
+
+def _outside_scopes(node: ast.AST):
+    """``ast.walk`` that does not enter functions, classes, lambdas or comprehensions (their
+    names are their own)."""
+    stack = [node]
+    while stack:
+        sub = stack.pop()
+        yield sub
+        scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp,
+                  ast.DictComp, ast.GeneratorExp)
+        stack += [c for c in ast.iter_child_nodes(sub) if not isinstance(c, scopes)]
+
+
+def _code_objects(obj) -> list[types.CodeType]:
+    if inspect.isfunction(obj):
+        return [obj.__code__]
+    members = [getattr(m, "__func__", getattr(m, "fget", m)) for m in vars(obj).values()]
+    return [f.__code__ for f in map(keys._code_of, members) if inspect.isfunction(f)]
+
+
+def _global_loads(code: types.CodeType) -> list[str]:
+    """The global names ``code`` and the code nested in it look up (not attributes, not locals)."""
+    names = [i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names += _global_loads(const)
+    return list(dict.fromkeys(names))
+
+
+def _config_reads_of(obj, runs: set[str]) -> set[str]:
+    try:
+        source = textwrap.dedent(keys._source(obj))
+        return _config_reads(ast.parse(source), runs)
+    except (OSError, TypeError, SyntaxError):  # no source: a use of .config means every parameter
+        return {EVERY} if any("config" in c.co_names for c in _code_objects(obj)) else set()
+
+
+def _config_reads(node: ast.AST, runs: set[str]) -> set[str]:
+    """Parameters read as ``run.config["name"]`` / ``run.config.get("name")`` (``run``: a name in
+    ``runs``); ``EVERY`` for any other use of ``run.config`` (``{**run.config}``)."""
+    named, uses, by_name = set(), set(), set()
+    for sub in ast.walk(node):
+        if _is_config(sub, runs) and isinstance(sub.ctx, ast.Load):
+            uses.add(id(sub))
+        config, key = None, None
+        if isinstance(sub, ast.Subscript) and _is_config(sub.value, runs):
+            config, key = sub.value, sub.slice
+        elif (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "get"
+              and _is_config(sub.func.value, runs) and sub.args):
+            config, key = sub.func.value, sub.args[0]
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            named.add(key.value)
+            by_name.add(id(config))
+    return named | ({EVERY} if uses - by_name else set())
+
+
+def _is_config(node: ast.AST, runs: set[str]) -> bool:
+    """``<run>.config``: a model's or another object's ``config`` attribute is not the run's."""
+    return (isinstance(node, ast.Attribute) and node.attr == "config" and isinstance(node.value, ast.Name)
+            and node.value.id in runs)
