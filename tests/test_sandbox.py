@@ -8,10 +8,12 @@ fresh machine)."""
 import contextlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parent))
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))  # all ten
 SERVED = "timeseries_served"  # the forecast in an inference-server competition (a kernel-metadata variant)
@@ -51,6 +53,7 @@ def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_o
     versions = [1, 2, 3] + (["rerun"] if notebook in ("segmentation_3d", "text_classification", SERVED) else [])
     assert [(o.version, o.ok) for o in outcomes] == [(v, True) for v in versions], \
         [o.verdict for o in outcomes]
+    _check_unit_identities(notebook, bench.work / notebook / "v1" / "working")
     for version in (2, 3):  # the GNN's version 2 trains the folds version 1 left (checked below)
         folds_left = version == 2 and notebook == "gnn_node_classification"
         _check_a_later_version(notebook, bench.work / notebook / f"v{version}" / "working", folds_left)
@@ -69,6 +72,18 @@ def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_o
         _check_the_folds_across_versions(bench.work / notebook)
     if notebook == "tabular":
         _check_the_tabular_versions(bench.work / notebook)
+
+
+def _check_unit_identities(kernel: str, working: Path) -> None:
+    """Each unit the version made (its sources' too) holds in its key every parameter its code
+    reaches as the notebook file reads (tests/identity_oracle.py), and no run control."""
+    from identity_oracle import check_units
+
+    from kagglekit.tools.publish import metadata
+    with _in_repo():
+        notebook = metadata.load(Path("kernel-metadata") / f"{kernel}.json")["notebook"]
+    cases = check_units(REPO / "notebooks" / f"{notebook}.ipynb", sorted(working.rglob("metrics.json")))
+    assert cases or notebook in ("gpu_utilization", "gpu_figures"), f"{kernel}: no unit recorded"
 
 
 def _check_the_tabular_versions(runs: Path) -> None:

@@ -173,7 +173,8 @@ def test_a_units_config_holds_values_and_leave_out_needs_a_parameter_and_its_rea
     with pytest.raises(kk.unit.IdentityError, match=r"config= holds the values handed to it .* \(got a tuple\)"):
         run.unit("pre", config=("lr", "seed"), data=[X], code=_train)
     unit = run.unit("pre", config={"width": 8}, data=[X], code=_train)
-    assert unit.config == {"lr": 0.05, "epochs": 1, "precision": "auto", "seed": 0, "width": 8}
+    assert unit.config == {"lr": 0.05, "epochs": 1, "precision": "auto", "seed": 0, "width": 8,
+                           "handed": {"_train.width": 8}}  # its default: a value handed to it
     with pytest.raises(kk.unit.IdentityError, match=r"leave_out names 'lrr', not a parameter"):
         run.unit("pre", code=_train, leave_out={"lrr": "a typo"})
     with pytest.raises(kk.unit.IdentityError, match=r"leave_out=\{'lr': ...\} needs its reason"):
@@ -183,6 +184,23 @@ def test_a_units_config_holds_values_and_leave_out_needs_a_parameter_and_its_rea
     recorded = run.metrics["units"]["pre"]
     assert recorded["left_out"] == {"lr": "the test says so"} and "lr" not in recorded["parameters"]
     assert recorded["parameters"]["epochs"] == "_train -> run.config"
+
+
+def _objective_of(defaults: dict, model):
+    def objective(trial):
+        return {**defaults, **trial}, model
+    return objective
+
+
+def test_the_plain_values_a_units_code_closes_over_are_in_its_key(tmp_path):
+    """A search's objective closing over its model's defaults (the tabular notebook's): other
+    defaults, another key; what is not plain data (a model object) is not a value of the key."""
+    run = _start(tmp_path / "out")
+    keyed = {lr: run.unit("search", code=_objective_of({"lr": lr}, Net())).key for lr in (0.1, 0.2)}
+    assert keyed[0.1] != keyed[0.2]
+    assert run.unit("search", code=_objective_of({"lr": 0.1}, Net())).key == keyed[0.1]
+    assert run.metrics["units"]["search"]["config"]["handed"] == {"_objective_of.<locals>.objective.defaults":
+                                                                   {"lr": 0.1}}
 
 
 def _reads_data_dir(run):

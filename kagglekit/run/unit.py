@@ -31,6 +31,9 @@ stored under the old ``epochs``, is recomputed in place (``keys.shaping``).
 """
 from __future__ import annotations
 
+import functools
+import inspect
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -38,7 +41,7 @@ from ..machine.budget import Unfinished
 from ..state import keys
 from ..state.checkpoint import CheckpointManager
 from ..state.identity import Identity
-from ..state.reads import parameters_read
+from ..state.reads import made_at, parameters_read
 
 ESTIMATE_MARGIN = 1.2  # a unit is started only when the time left holds 1.2 of its estimate
 
@@ -69,9 +72,9 @@ class Unit:
         the parameters ``code`` reads (every parameter without code), ``leave_out`` aside, and
         the values ``config`` hands it."""
         values, left = _values(name, config), _left_out(run, name, leave_out)
-        reads = _reads(run, code)
+        reads, handed = _reads(run, code), _handed(_functions(code))
         own = {p: run.config[p] for p in reads if p not in left}
-        config = {**own, **values}
+        config = {**own, **({"handed": handed} if handed else {}), **values}
         unit = cls(run, name, config, fingerprint, code,
                    keys.key(config, code=code, run_control=run.run_control, content=fingerprint), reads, left)
         unit.record()
@@ -87,7 +90,8 @@ class Unit:
                             "parameters": {p: via for p, via in self.reads.items() if p not in self.left_out},
                             "values": sorted(k for k in self.config if k not in self.reads),
                             "config": keys.without(self.config, self.run.run_control),
-                            "fingerprint": self.fingerprint, "code": keys.code_digest(self.code)}
+                            "fingerprint": self.fingerprint, "code": keys.code_digest(self.code),
+                            "roots": _qualnames(self.code), "made_at": made_at(_functions(self.code))}
 
     def check(self, fn) -> None:
         """Refuse ``fn``, the work this unit runs, when it reads a parameter its identity does not
@@ -199,12 +203,56 @@ def _left_out(run, unit: str, leave_out) -> dict:
 THROUGH_THE_RUN = (("precision", "run.precision: every fit computes in it"), ("seed", "run: start() seeds with it"))
 
 
+def _functions(code) -> list:
+    """What ``code`` names besides text: functions, classes, partials."""
+    roots = code if isinstance(code, (list, tuple)) else [code]
+    return [r for r in roots if r is not None and not isinstance(r, str)]
+
+
+def _handed(roots: list) -> dict:
+    """The plain values (numbers, text, lists and dicts of them) the roots hold: their closures',
+    their defaults', a partial's arguments. Values handed to the unit (a model's defaults closed
+    over by its search's objective): in its key, where a parameter they came from is not found."""
+    found = {}
+    for root in roots:
+        function = root.func if isinstance(root, functools.partial) else keys._code_of(root)
+        if isinstance(root, functools.partial):
+            found[f"{getattr(function, '__qualname__', '?')}(partial)"] = [list(root.args), root.keywords]
+        if not inspect.isfunction(function):
+            continue
+        code, named = function.__code__, {}
+        for name, cell in zip(code.co_freevars, function.__closure__ or ()):
+            try:
+                named[name] = cell.cell_contents
+            except ValueError:  # a cell not assigned yet
+                pass
+        defaults = function.__defaults__ or ()
+        named.update(zip(code.co_varnames[code.co_argcount - len(defaults):code.co_argcount], defaults))
+        named.update(function.__kwdefaults__ or {})
+        found.update({f"{function.__qualname__}.{n}": v for n, v in named.items()})
+    return {name: value for name, value in found.items() if _plain(value)}
+
+
+def _plain(value) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _qualnames(code) -> list[str]:
+    """What ``code`` names, as a person finds it in the notebook (``search.<locals>.objective``)."""
+    roots = code if isinstance(code, (list, tuple)) else [] if code is None else [code]
+    return [getattr(keys._code_of(r) or r, "__qualname__", str(r)) for r in roots]
+
+
 def _reads(run, code) -> dict:
     """The run's parameters ``code`` reads (``state.reads``), and what the run context carries
     into any work (``THROUGH_THE_RUN``); every parameter without code."""
     if code is None:
         return {p: "no code= given: every parameter" for p in run.config}
-    roots = [r for r in (code if isinstance(code, (list, tuple)) else [code]) if not isinstance(r, str)]
+    roots = _functions(code)
     if not roots:  # a version given as text: what it reads is not known
         return {p: "code= given as text: every parameter" for p in run.config}
     found = parameters_read(roots, run.config, opaque=(type(run),))

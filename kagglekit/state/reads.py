@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import copy
 import dis
+import hashlib
 import inspect
 import linecache
 import sys
@@ -57,6 +58,23 @@ def parameters_read(roots, parameters: Collection[str], opaque: tuple = ()) -> d
     return walk.found
 
 
+def made_at(roots) -> dict | None:
+    """Where the notebook's top level stands while a unit of ``roots`` is made: the running
+    cell (the sha256 of its source, 12 digits) and line; None outside a running notebook. What
+    ran before that point is what ``parameters_read`` follows."""
+    code = [keys._code_of(r) or r for r in (roots if isinstance(roots, (list, tuple)) else [roots])]
+    code = [c for c in code if inspect.isfunction(c) or inspect.isclass(c)]
+    if not code:
+        return None
+    namespace = _namespace(code[0])
+    cells = _history(namespace)
+    now = _now(namespace, cells)
+    if now is None:
+        return None
+    digest = hashlib.sha256(cells[now[0]].rstrip().encode()).hexdigest()[:12]
+    return {"cell": digest, "line": now[1]}
+
+
 class _Walk:
     """One search from a unit's code to the parameters it reads."""
 
@@ -66,14 +84,21 @@ class _Walk:
         self.runs = {"run"} | {n for n, v in namespace.items() if opaque and isinstance(v, opaque)}
         self.found: dict[str, str] = {}
         self.seen: set[str] = set()
+        self.walked: set[int] = set()  # functions followed through closures and defaults
 
-    def function(self, root, via: str) -> None:
-        for obj in keys.reached([root]):
-            path = via if obj is root else f"{via} -> {_label(obj)}"
-            self.seen.add(getattr(obj, "__name__", ""))
-            for code in _code_objects(obj):
-                self.names(_global_loads(code), path)
-            self.config(_config_reads_of(obj, self.runs), path)
+    def function(self, obj, via: str) -> None:
+        """A function's or class's global loads, ``run.config`` reads, and the notebook functions
+        its closure and defaults hold (a closure's other values are handed to it: not parameters)."""
+        self.seen.add(getattr(obj, "__name__", ""))
+        for code in _code_objects(obj):
+            self.names(_global_loads(code), via)
+        self.config(_config_reads_of(obj, self.runs), via)
+        for held in _held(obj):
+            own = keys._code_of(held)
+            if own is not None and own is not obj and getattr(own, "__module__", None) == self.module \
+                    and id(own) not in self.walked:
+                self.walked.add(id(own))
+                self.function(own, f"{via} -> {_label(own)}")
 
     def names(self, names: Iterable[str], via: str) -> None:
         for name in names:
@@ -222,6 +247,13 @@ def _outside_scopes(node: ast.AST):
         scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp,
                   ast.DictComp, ast.GeneratorExp)
         stack += [c for c in ast.iter_child_nodes(sub) if not isinstance(c, scopes)]
+
+
+def _held(obj) -> list:
+    """What a function holds besides its code: its closure's values and its defaults."""
+    if not inspect.isfunction(obj):
+        return []
+    return keys._closed_over(obj) + list(obj.__defaults__ or ()) + list((obj.__kwdefaults__ or {}).values())
 
 
 def _code_objects(obj) -> list[types.CodeType]:
