@@ -179,3 +179,16 @@ def test_the_scratch_folder_is_there_for_the_run_and_gone_when_its_process_exits
     assert (killed / "save-20").exists()
     _scratch_in_a_process(tmp_path, kill=False)  # the next run's scratch takes the dead one's along
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_smoke_never_replaces_a_value_the_user_gave(tmp_path, monkeypatch, capsys):
+    """`make run NB=tabular P="smoke=True folds=10"`: ten folds (the folder is named after them),
+    the smoke's small amounts for the rest, and the kept value said."""
+    import kagglekit as kk
+    cell = "folds = 5  # [2, inf): folds\nrows = 3000  # [100, inf): rows\nsmoke = False  # CI\n"
+    namespace = {"In": ["", cell, "# Parameters\nsmoke = True\nfolds = 10\n"], "folds": 10, "rows": 3000,
+                 "smoke": True}
+    monkeypatch.setenv("KAGGLEKIT_OUTPUT", str(tmp_path))
+    run = kk.start(namespace, "t", smoke={"folds": 3, "rows": 600}, verbose=False)
+    assert (run.config["folds"], run.config["rows"]) == (10, 600) and namespace["folds"] == 10
+    assert "smoke run with your folds=10 (smoke alone: folds=3)" in capsys.readouterr().out

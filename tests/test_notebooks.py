@@ -136,7 +136,8 @@ def test_the_cli_prints_a_bad_parameter_as_one_line_and_starts_nothing(tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and not (tmp_path / "runs").exists()
     assert done.stderr.strip().splitlines() == [
-        f"error: {said}. Fix the name or value given to papermill (-p NAME VALUE) or to `make run P=...`."]
+        f"error: {said}. Fix it in make run P=\"NAME=VALUE ...\" (papermill: -p NAME VALUE) or in the kernel "
+        "metadata's parameters."]
 
 
 def write_playground_folder(folder: Path, rows: int = 1500) -> None:

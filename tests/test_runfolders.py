@@ -1,6 +1,7 @@
 """Local runs keep their history: one folder per configuration, failures recorded,
 results on screen."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +116,42 @@ def test_make_runs_shows_kaggle_versions_beside_local_runs_with_cv_public_score_
     assert v3["params"] == "lr=0.01" == rows[2]["params"]  # epochs: run control, not the experiment
     for text in ("kaggle v3", "0.8912", "ERROR", "lr=0.01", "runs.csv"):
         assert text in done.stdout, done.stdout
+
+
+@pytest.mark.slow
+def test_a_run_sent_sigterm_says_killed_and_leaves_no_kernel(tmp_path):
+    """`make run` stopped by SIGTERM (a closed terminal, a CI timeout): its status says killed,
+    not running forever, and papermill shut its kernel down."""
+    import signal
+    import time
+
+    import psutil
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "kagglekit.tools.cli", "run", "quickstart", "-p", "epochs=400",
+                             "-p", "samples=4096", "--output", str(out)], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while not list(out.glob("quickstart/*/checkpoints/mlp/*/step-*.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)  # training: the kernel is up and past kk.start
+    kernels = [p for p in psutil.Process(proc.pid).children(recursive=True)]
+    assert kernels, "no kernel started"
+    os.kill(proc.pid, signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert "killed by SIGTERM" in stderr
+    folder = next(p for p in (out / "quickstart").iterdir() if p.name != "latest")
+    status = json.loads((folder / "status.json").read_text())
+    assert status["status"] == "killed" and status["error"] == "killed by SIGTERM"
+    assert runfolders.listing(out)[0]["status"] == "killed"
+    gone = psutil.wait_procs(kernels, timeout=60)[1]
+    assert not gone, f"left running: {gone}"
+
+
+def test_a_running_status_whose_process_is_gone_shows_killed():
+    import socket
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    here = {"status": "running", "pid": int(dead), "host": socket.gethostname()}
+    assert runfolders.shown_status(here) == "killed"
+    assert runfolders.shown_status({**here, "host": "another-machine"}) == "running"  # not ours to judge
+    assert runfolders.shown_status({**here, "pid": os.getpid()}) == "running"

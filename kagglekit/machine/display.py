@@ -83,8 +83,9 @@ def headline(result: str, value: float | None, *, baseline: float | None = None,
             "criterion": criterion, "passed": passed}
 
 
-def summary_markdown(rows: list[dict]) -> str:
-    """The short Markdown summary: one line per headline with its pass/fail mark."""
+def summary_markdown(rows: list[dict], notes: list[str] = ()) -> str:
+    """The short Markdown summary: one line per headline with its pass/fail mark, then what the
+    run dropped or skipped on the way (its notes)."""
     lines = ["### Results"]
     for r in rows:
         mark = {True: "✅", False: "❌", None: "•"}[r["passed"]]
@@ -92,6 +93,7 @@ def summary_markdown(rows: list[dict]) -> str:
         against = f" vs {r['vs'] or 'baseline'} {_fmt(r['baseline'])}" if r["baseline"] is not None else ""
         judged = f" (criterion: {r['criterion']})" if r["criterion"] else ""
         lines.append(f"- {mark} **{r['result']}**: {value}{against}{judged}")
+    lines += ["", "**On the way:**"] + [f"- {n}" for n in notes] if notes else []
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import csvfile
 from .timeseries import TableError
 
 FLAG = "is_original"
@@ -41,6 +42,14 @@ class Competition:
     n_competition: int = 0  # the rows of train.csv: the ones the folds split and score
     dropped: dict = field(default_factory=dict)
     files: list = field(default_factory=list)  # the files read (what the results depend on)
+    renamed: dict = field(default_factory=dict)  # test.csv's column -> train.csv's name for it
+
+    def notes(self) -> list[str]:
+        """What reading it decided, in a person's words: columns left out and why, test.csv's
+        columns read under train.csv's spelling (``run.note`` shows them beside the results)."""
+        said = [f"column {c!r} not used: {why}" for c, why in self.dropped.items()]
+        return said + [f"test.csv's {t!r} read as train.csv's {c!r} (the names differ in case or spaces)"
+                       for t, c in self.renamed.items()]
 
     @property
     def original(self) -> np.ndarray:
@@ -68,8 +77,9 @@ def read(folder, target_column: str = "", *, classification: bool, original_csv:
     if missing:
         raise TableError(f"{folder} lacks {', '.join(missing)}: data_dir must be a tabular "
                          "competition's folder (train.csv, test.csv, sample_submission.csv)")
-    train, test = pd.read_csv(folder / "train.csv"), pd.read_csv(folder / "test.csv")
-    sample = pd.read_csv(folder / "sample_submission.csv", nrows=5)
+    train, test = csvfile.read(folder / "train.csv"), csvfile.read(folder / "test.csv")
+    sample = csvfile.read(folder / "sample_submission.csv", nrows=5)
+    test = _spelled_as_in_train(test, train)
     id_column, target = sample.columns[0], target_column or _sample_target(sample, folder)
     for frame, file in ((train, "train.csv"), (test, "test.csv")):
         if id_column not in frame.columns:
@@ -81,6 +91,7 @@ def read(folder, target_column: str = "", *, classification: bool, original_csv:
     if labels.isna().any():
         raise TableError(f"train.csv: {int(labels.isna().sum())} rows have no {target!r}: drop or fill them")
     ids, test_ids = train.pop(id_column).to_numpy(), test.pop(id_column).to_numpy()
+    renamed = test.attrs.get("renamed", {})
     dropped = {c: "not in test.csv" for c in train.columns if c not in test.columns}
     train = train.drop(columns=list(dropped))
     n, files = len(train), [folder / "train.csv", folder / "test.csv"]
@@ -99,7 +110,20 @@ def read(folder, target_column: str = "", *, classification: bool, original_csv:
                if not (c.endswith(" (original)") and c[:-len(" (original)")] in dropped)}
     y, classes = _encode(labels, classification, n)
     return Competition(folder, target, id_column, features, y, test, ids, test_ids, classes,
-                       categorical, n, dropped, files)
+                       categorical, n, dropped, files, renamed)
+
+
+def _spelled_as_in_train(test, train):
+    """test.csv's columns under train.csv's names where the two differ only in case or spaces
+    (a test.csv spelling ``F1`` what train.csv calls ``f1``): the column is the same feature,
+    and a model trained without it scores far worse. Said on screen (``renamed``)."""
+    own = {str(c).strip().lower(): c for c in train.columns}
+    renamed = {c: own[str(c).strip().lower()] for c in test.columns
+               if c not in train.columns and str(c).strip().lower() in own
+               and own[str(c).strip().lower()] not in test.columns}
+    test = test.rename(columns=renamed)
+    test.attrs["renamed"] = renamed
+    return test
 
 
 def _sample_target(sample, folder: Path) -> str:
@@ -113,7 +137,7 @@ def _sample_target(sample, folder: Path) -> str:
 def _original(path: Path, columns: list, target: str, dropped: dict):
     """The original data set's rows in the competition's columns, and its target."""
     import pandas as pd
-    frame = pd.read_csv(path)
+    frame = csvfile.read(path)
     plain = {str(c).strip().lower(): c for c in frame.columns}
     wanted = [target, *columns]
     found = {c: plain[str(c).strip().lower()] for c in wanted if str(c).strip().lower() in plain}
@@ -163,6 +187,25 @@ def _categoricals(train, test, dropped: dict) -> list:
     return names
 
 
+MANY_CLASSES = 50  # more distinct numbers than this, in over a tenth of the rows: a measurement
+
+
+def _refuse_a_measurement(labels) -> None:
+    """A classification metric given a target of measurements (a price, a yield): fractional
+    values, or more distinct numbers than classes come in. Refused before any model trains; it
+    would otherwise become hundreds of "classes" and fail, or score, far down the notebook."""
+    import pandas as pd
+    if not pd.api.types.is_numeric_dtype(labels) or pd.api.types.is_bool_dtype(labels):
+        return
+    distinct = labels.nunique()
+    fractional = bool((labels.to_numpy(np.float64) % 1 != 0).any())
+    if fractional or (distinct > MANY_CLASSES and distinct > 0.1 * len(labels)):
+        raise TableError(f"the target {labels.name!r} holds {distinct:,} distinct numbers (e.g. "
+                         f"{', '.join(map(str, labels.unique()[:3]))}){' with fractions' if fractional else ''}: "
+                         "a measurement, but the metric scores classes. Name the competition's metric "
+                         "(rmse | rmsle | mae | r2), or map the values to class labels first")
+
+
 def _encode(labels, classification: bool, n: int) -> tuple[np.ndarray, list | None]:
     import pandas as pd
     if not classification:
@@ -170,6 +213,7 @@ def _encode(labels, classification: bool, n: int) -> tuple[np.ndarray, list | No
             raise TableError(f"the target {labels.name!r} holds text ({labels.iloc[0]!r}): a "
                              "regression metric needs numbers; pick a classification metric")
         return labels.to_numpy(np.float64), None
+    _refuse_a_measurement(labels[:n])
     values = labels.astype(str) if labels.dtype == object else labels
     classes, index = np.unique(values.to_numpy(), return_inverse=True)
     unseen = sorted(set(classes.tolist()) - set(np.unique(values.to_numpy()[:n]).tolist()), key=str)

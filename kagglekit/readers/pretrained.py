@@ -8,7 +8,8 @@ Code competitions run with the internet off, so a model comes attached: a Kaggle
 ``/kaggle/input/datasets/<owner>/<slug>`` or ``/kaggle/input/<slug>``, the model's files often one
 folder down. ``find_model_dir`` accepts a folder, a Kaggle Model handle (with or without its
 version) or a dataset's ``owner/slug``, in either layout, and returns the folder holding
-``config.json``; it never downloads.
+``config.json`` (at most three folders below; several models there are refused, naming them);
+it never downloads.
 
 ``base_identity``: what makes two bases the same model (its config and the sha256 of each
 weight file), for checkpoints that hold only what trains: resumed onto another base they would
@@ -30,14 +31,27 @@ class ModelDirError(FileNotFoundError):
     """The model is not where the parameter says."""
 
 
+SEARCH_DEPTH = 3  # a model's files: the folder itself, or up to three below (<N>/, a subfolder)
+
+
 def _with_config(folder: Path) -> Path | None:
-    """``folder`` when it holds config.json, else the folder below it that does (the newest
-    version number first); None when none does."""
+    """``folder`` when it holds config.json, else the one folder at most ``SEARCH_DEPTH`` below
+    that does: the shallowest, the newest version among version folders (``<N>``). Several
+    models side by side, and a folder far deeper, are not guesses to make: refused by name."""
     if (folder / "config.json").is_file():
         return folder
-    found = sorted(folder.rglob("config.json"), key=lambda p: (len(p.parts), _version(p.parent)))
-    shallowest = [p for p in found if len(p.parts) == len(found[0].parts)] if found else []
-    return max(shallowest, key=lambda p: _version(p.parent)).parent if shallowest else None
+    found = []
+    for depth in range(1, SEARCH_DEPTH + 1):
+        found = sorted(p.parent for p in folder.glob("/".join(["*"] * depth) + "/config.json") if p.is_file())
+        if found:
+            break
+    if not found:
+        return None
+    if len(found) > 1 and not all(p.name.isdigit() and p.parent == found[0].parent for p in found):
+        raise ModelDirError(f"model_dir={str(folder)!r} holds {len(found)} models: "
+                            f"{', '.join(str(p) for p in found[:6])}{' ...' if len(found) > 6 else ''}. "
+                            "Name the one to use (its folder, or its Kaggle Model handle with the version)")
+    return max(found, key=_version)
 
 
 def _version(folder: Path) -> int:
@@ -73,8 +87,8 @@ def find_model_dir(value: str, roots: list[Path]) -> Path:
             return found
     where = ", ".join(str(t) for t in tried[:4]) or "nowhere"
     raise ModelDirError(
-        f"model_dir={value!r}: no folder with a config.json at {where}. Attach the model to the "
-        "kernel (model_sources: owner/model/framework/variation/N in kernel-metadata, or the "
+        f"model_dir={value!r}: no config.json in {where} or up to {SEARCH_DEPTH} folders below. Attach the "
+        "model to the kernel (model_sources: owner/model/framework/variation/N in kernel-metadata, or the "
         "dataset holding its save_pretrained folder in dataset_sources); code competitions run "
         "offline, so nothing is downloaded.")
 

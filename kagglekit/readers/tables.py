@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
+from . import csvfile
 from .timeseries import TableError, find_file
 
 MAX_CATEGORIES = 50  # a text column with more distinct values is free text or an id: dropped
@@ -75,7 +76,7 @@ def read_labelled(path, target: str, name: str = "") -> tuple[TensorDataset, dic
     fitted ``Preprocessing`` (``info["prep"]``: the test table through the same steps)."""
     import pandas as pd
     file = find(Path(path), name)
-    frame = (pd.read_csv if file.suffix.lower() == ".csv" else pd.read_parquet)(file)
+    frame = csvfile.read(file) if file.suffix.lower() == ".csv" else pd.read_parquet(file)
     if target not in frame.columns:
         raise TableError(f"{file.name} has no column {target!r} (target_column); its columns: "
                          f"{', '.join(map(str, frame.columns[:12]))}")
@@ -83,6 +84,7 @@ def read_labelled(path, target: str, name: str = "") -> tuple[TensorDataset, dic
     if labels.isna().any():
         raise TableError(f"{file.name}: {int(labels.isna().sum())} rows have no {target!r}: drop them "
                          "or fill them before training")
+    _refuse_a_measurement(labels, file.name)
     dropped = {c: "a row id" for c in frame.columns if str(c).lower() == "id" or
                (str(c).lower().endswith("id") and frame[c].is_unique)}
     prep, features = _fit(frame, dropped)
@@ -98,5 +100,20 @@ def read_test(path, prep: Preprocessing, name: str = "test") -> tuple[object, np
     only, so nothing of the test rows leaks into training)."""
     import pandas as pd
     file = find_file(Path(path), name) if Path(path).is_dir() else Path(path)
-    frame = (pd.read_csv if file.suffix.lower() == ".csv" else pd.read_parquet)(file)
+    frame = csvfile.read(file) if file.suffix.lower() == ".csv" else pd.read_parquet(file)
     return frame, prep.features(frame)
+
+
+def _refuse_a_measurement(labels, file: str) -> None:
+    """A classifier given a target of measurements (a price, a yield: fractional values, or more
+    distinct numbers than classes come in) would learn each value as a class and copy training
+    values into a submission: refused, naming the column."""
+    import pandas as pd
+    if not pd.api.types.is_numeric_dtype(labels) or pd.api.types.is_bool_dtype(labels):
+        return
+    distinct = labels.nunique()
+    if (labels.to_numpy(np.float64) % 1 != 0).any() or distinct > MAX_CATEGORIES:
+        raise TableError(f"{file}: the target {labels.name!r} holds {distinct:,} distinct numbers (e.g. "
+                         f"{', '.join(map(str, labels.unique()[:3]))}): a measurement, but this notebook "
+                         "classifies. Name a class column as target_column (the tabular notebook takes a "
+                         "regression metric: rmse | mae | r2 | rmsle)")

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..state import atomic
+from . import csvfile
 
 EVENTS = (("storm", "calm"), ("loss", "win"), ("fever", "recovery"), ("drought", "harvest"))
 LABELS = ("ends_badly", "ends_well")
@@ -174,12 +175,11 @@ def labelled_examples(data: TextCompetition, spec: str) -> tuple[object, object,
 
 
 def _table(folder: Path, name: str):
-    import pandas as pd
     found = sorted(folder.rglob(name), key=lambda p: len(p.parts))
     if not found:
         raise TextDataError(f"{folder} holds no {name}: a text competition's folder has train.csv, "
                             "test.csv and sample_submission.csv")
-    return pd.read_csv(found[0]), found[0]
+    return csvfile.read(found[0], rows_needed=name != "test.csv"), found[0]
 
 
 def read_competition(folder: Path | str, text_column: str, target_column: str) -> TextCompetition:

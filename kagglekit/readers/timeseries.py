@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import csvfile
+
 SUFFIXES = (".csv", ".parquet", ".pq")
 
 
@@ -115,8 +117,7 @@ def read_table(path, *, time: str, target: str, features=(), series: str = "",
     """
     import pandas as pd
     file = find_file(Path(path), name)
-    read = pd.read_csv if file.suffix.lower() == ".csv" else pd.read_parquet
-    frame = read(file)
+    frame = csvfile.read(file) if file.suffix.lower() == ".csv" else pd.read_parquet(file)
     series_columns = names(series)
     features = names(features)
     named = {"time_column": time, "target_column": target,

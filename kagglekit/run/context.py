@@ -29,7 +29,7 @@ from ..parallel import ranklog, ranks
 from ..state.cache import Cache
 from ..state.checkpoint import CheckpointManager
 from ..state.identity import DEFAULT_RUN_CONTROL
-from . import params
+from . import params, paths
 from .report import Report, save_figure, what_it_did  # noqa: F401 (kk.context.save_figure)
 
 WORK_CAP_ENV = "KAGGLEKIT_WORK_CAP"  # set by `make sandbox`: optimizer steps per fit at most
@@ -239,13 +239,12 @@ def start(namespace: dict, name: str, *, smoke: dict | None = None,
             (a tiny run through every code path, for CI); recorded in the config.
         declared: ``{name: default}`` when not running in a notebook.
     """
-    config, run_control = params.read(namespace, declared)
+    given = params.read(namespace, declared)
+    config, run_control = given.values, given.run_control
     if config.get("smoke") and smoke:
-        unknown = sorted(set(smoke) - set(config))
-        if unknown:
-            raise params.ParameterError(f"smoke overrides {unknown} are not parameters")
-        config.update(smoke)
-        namespace.update(smoke)
+        applied = _smoke(smoke, given)
+        config.update(applied)
+        namespace.update(applied)
     output = env.working_dir(name)
     os.environ[ranklog.LOG_DIR_ENV] = str(output / "logs")  # launched ranks write there
     report = env.describe_machine(config.get("precision", "auto"), output, verbose=verbose)
@@ -259,6 +258,8 @@ def start(namespace: dict, name: str, *, smoke: dict | None = None,
               deadline=deadline(config, rerun), work_cap=work_cap(), rerun=rerun,
               previous=_previous_metrics(output), place=ranks.here())
     run.data_dir()  # fail now, before any work, if the folder is missing
+    if given.source:  # and every other path the run was given (model_dir, original_csv, ...)
+        paths.check(given.source, config, report.where.input_roots)
     expected = os.environ.get("KAGGLEKIT_EXPECT_GPUS")  # set by the pushed notebook
     if expected:
         run.metrics["accelerator"] = env.check_accelerator(report.gpus, expected)
@@ -268,6 +269,19 @@ def start(namespace: dict, name: str, *, smoke: dict | None = None,
               "left under the competition's cap; predicting the hidden test set only")
     run.save_metrics()
     return run
+
+
+def _smoke(smoke: dict, given) -> dict:
+    """The smoke values for what the user did not set: a value given with ``smoke=True`` is kept
+    (and said), never replaced by a smaller one the folder's name does not tell."""
+    unknown = sorted(set(smoke) - set(given.values))
+    if unknown:
+        raise params.ParameterError(f"smoke overrides {unknown} are not parameters")
+    kept = {k: given.injected[k] for k in smoke if k in given.injected}
+    if kept:
+        print("kagglekit: smoke run with your " + ", ".join(f"{k}={v!r}" for k, v in kept.items())
+              + " (smoke alone: " + ", ".join(f"{k}={smoke[k]!r}" for k in kept) + ")", flush=True)
+    return {k: v for k, v in smoke.items() if k not in kept}
 
 
 def _remove_dead_scratch(root: Path) -> None:

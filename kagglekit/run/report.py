@@ -39,6 +39,9 @@ class Report:
         from . import plots
         summary = dict(result.summary() if hasattr(result, "summary") else result)
         self.chain[label] = what_it_did(summary, self.session)
+        if not summary.get("steps") and summary.get("stopped") != "already_complete":
+            self.note(f"{label}: 0 training steps ({summary.get('stopped', 'not trained')}): its results are "
+                      "the untrained model's")
         timeline = summary.pop("gpu_timeline", None) or []
         earlier = self.previous.get(label)
         if summary.get("stopped") == "already_complete" and earlier:
@@ -56,6 +59,18 @@ class Report:
                          f"{label}_step_time")
         if timeline:
             self.savefig(plots.gpu_timeline(timeline), f"{label}_gpu")
+
+    def note(self, *said: str) -> None:
+        """What the run dropped, skipped or decided on the way (a column test.csv lacks, a search
+        trial that failed, a fit of 0 steps): printed now, kept in metrics.json (``notes``),
+        shown beside the headline results, and printed by ``make run`` after them."""
+        notes = self.metrics.setdefault("notes", [])
+        fresh = [s for s in said if s and s not in notes]
+        for text in fresh:
+            print(f"kagglekit note: {text}", flush=True)
+        if fresh:
+            notes += fresh
+            self.save_metrics()
 
     def save_metrics(self) -> Path:
         path = self.output_dir / "metrics.json"
@@ -78,7 +93,7 @@ class Report:
         """The closing cell: each headline result beside its baseline and criterion,
         with a pass/fail mark (``display.headline`` makes the rows); into metrics.json too."""
         self.log(summary=headlines, packages=packages.record())  # what this version really ran
-        display.show_markdown(display.summary_markdown(headlines))
+        display.show_markdown(display.summary_markdown(headlines, self.metrics.get("notes", [])))
         display.show_table([{"result": h["result"], "value": h["value"],
                              "baseline": f"{h['vs']} {h['baseline']:.4g}" if h["baseline"] is not None else "",
                              "criterion": h["criterion"],

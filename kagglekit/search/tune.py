@@ -287,9 +287,13 @@ def best(objective: Callable, name: str, n_trials: int, *, defaults: dict, run, 
     found = optimize(objective, study_name, n_trials, directory=run.output_dir / "tune", direction=direction,
                      first_params=defaults, run=run, seed=run.seed, **options)
     run.log(**{f"search_{name}": summarize(found, run.output_dir, prefix=f"tune_{name}")})
+    failed = [t for t in found.get_trials(deepcopy=False) if t.state.name == "FAIL"]
+    if failed:  # beside the results, not only in the study's table
+        first = failed[0].user_attrs.get("error", "not recorded")
+        run.note(f"search {name}: {len(failed)} of {len(found.trials)} trials failed (the first: {first})")
     if not any(t.state.name == "COMPLETE" for t in found.get_trials(deepcopy=False)):
-        print(f"kagglekit tune: {name}: no trial finished this session's time (the next version carries "
-              "on): going on with the defaults")
+        run.note(f"search {name}: no trial finished in this session's time (the next version carries on): "
+                 "going on with the defaults")
         return dict(defaults)
     return {**defaults, **found.best_params}
 

@@ -41,18 +41,22 @@ def _run_one(nb: Path, params: dict, output_root: str, run_notebook) -> dict:
     try:
         run_notebook(nb, params, output_root=output_root)
         status = "ok"
+    except SystemExit:  # SIGTERM (notebook_runner.Terminated): the kernel is down, the status says killed
+        print(f"== {nb.stem}: killed by SIGTERM -> {folder}/ (status: killed)", file=sys.stderr, flush=True)
+        raise
     except Exception as err:  # noqa: BLE001 - one line here; the traceback is in error.log
         status = "failed"
         print(f"== {nb.stem}: FAILED: {one_line(err)}\n   full traceback: {folder}/error.log",
               file=sys.stderr, flush=True)
-    metrics = folder / "metrics.json"
-    summary = json.loads(metrics.read_text()).get("summary", []) if metrics.exists() else []
-    row = {"notebook": nb.stem, "status": status, "headline": headline_text(summary),
+    metrics = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").exists() else {}
+    row = {"notebook": nb.stem, "status": status, "headline": headline_text(metrics.get("summary", [])),
            "wall_s": round(time.monotonic() - started, 1), "folder": str(folder)}
     if status == "ok":
         print(f"== {nb.stem}: done in {row['wall_s']} s -> {folder}/")
         for line in row["headline"].split("; "):
             print(f"   {line}")
+    for note in metrics.get("notes", []):  # what it dropped or skipped on the way, beside the headline
+        print(f"   note: {note}")
     return row
 
 

@@ -9,15 +9,19 @@ the executed notebook of a good run.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
+import signal
+import socket
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
 
-from ..run import params as params_mod
+from ..run import params as params_mod, paths
 from ..state import atomic
 from . import borrow, runfolders
 from .publish.data import data_root
@@ -65,13 +69,15 @@ def declared_parameters(notebook: Path | str) -> dict:
 
 
 def check_parameters(notebook: Path | str, overrides: dict) -> dict:
-    """The notebook's defaults updated with ``overrides``; unknown or mistyped names, and values
-    outside a parameter's declared choices, raise ParameterError ("did you mean ...") before any
-    kernel starts."""
+    """The notebook's defaults; what its parameters cell refuses of ``overrides`` (an unknown or
+    mistyped name, a value outside its declared choices, members or range, an empty required
+    one: ``contract``) and a path that names nothing here or under data/ raise ParameterError
+    ("did you mean ...") before any kernel starts."""
     source = parameters_source(notebook)
-    declared = params_mod.assignments(source)
-    params_mod.check(declared, overrides, params_mod.choices(source))
-    return declared
+    params_mod.check(source, overrides)
+    roots = [data_root(), *(Path(p) for p in os.environ.get("KAGGLEKIT_INPUT", "").split(os.pathsep) if p)]
+    paths.check(source, overrides, [r for r in roots if r.is_dir()])
+    return params_mod.assignments(source)
 
 
 def run_folder(notebook: Path | str, overrides: dict, output_root: Path | str = "runs") -> Path:
@@ -98,17 +104,43 @@ def run_notebook(notebook: Path | str, params: dict | None = None, *,
     if not history:
         check_parameters(notebook, params)
     out.mkdir(parents=True, exist_ok=True)
-    runfolders.write_status(out, "running", parameters=params, started=time.time(), error=None)
+    runfolders.write_status(out, "running", parameters=params, started=time.time(), error=None,
+                            pid=os.getpid(), host=socket.gethostname())
     try:
-        _execute(notebook, params, out, timeout_s, progress)
+        with _terminate_as_exit():
+            _execute(notebook, params, out, timeout_s, progress)
     except BaseException as err:
         atomic.write_bytes(out / "error.log", "".join(traceback.format_exception(err)).encode())
-        runfolders.write_status(out, "failed", error=one_line(err))
+        killed = isinstance(err, Terminated)
+        runfolders.write_status(out, "killed" if killed else "failed",
+                                error="killed by SIGTERM" if killed else one_line(err))
         raise
     runfolders.write_status(out, "ok")
     if history:
         runfolders.mark_latest(out)
     return out
+
+
+class Terminated(SystemExit):
+    """The run was sent SIGTERM (a closed terminal, a CI timeout, `kill`)."""
+
+
+@contextlib.contextmanager
+def _terminate_as_exit():
+    """SIGTERM while a notebook runs: raised as ``Terminated`` in this process, so papermill
+    shuts its kernel down and the run's status says "killed" (SIGKILL leaves no chance: the
+    status's pid, gone, says it to ``make runs``)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Terminated(128 + signum)
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _execute(notebook: Path, params: dict, out: Path, timeout_s, progress: bool) -> None:

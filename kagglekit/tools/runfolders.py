@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 import time
 from pathlib import Path
 
@@ -51,6 +52,26 @@ def write_status(folder: Path, status: str, **facts) -> None:
     atomic.write_json(path, {**previous, "status": status, "time": time.time(), **facts})
 
 
+def shown_status(status: dict) -> str:
+    """The status a person should see: a "running" run whose process is gone was killed (SIGKILL,
+    a closed terminal, a machine that went down) and says so, not "running" forever."""
+    said = status.get("status", "?")
+    pid, host = status.get("pid"), status.get("host")
+    if said == "running" and pid and host == socket.gethostname() and not _alive(int(pid)):
+        return "killed"
+    return said
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def mark_latest(folder: Path) -> None:
     """Point ``<notebook>/latest`` at ``folder`` (a relative link, replaced atomically)."""
     link = folder.parent / LATEST
@@ -71,7 +92,7 @@ def listing(root: Path) -> list[dict]:
         metrics_file = folder / "metrics.json"
         metrics = json.loads(metrics_file.read_text()) if metrics_file.exists() else {}
         rows.append({"notebook": folder.parent.name, "run": folder.name,
-                     "status": status.get("status"), "time": status.get("time", 0),
+                     "status": shown_status(status), "time": status.get("time", 0),
                      "wall_s": metrics.get("wall_seconds"),
                      "latest": (folder.parent / LATEST).resolve() == folder.resolve(),
                      "headline": headline_text(metrics.get("summary") or [])})

@@ -138,9 +138,9 @@ def _check_criteria(criteria, problems: list) -> None:
 
 def _check_parameters(meta: dict, notebook: Path, problems: list) -> None:
     """``parameters`` (Kaggle's values) and ``sandbox`` (the amounts ``make sandbox`` shrinks)
-    name only the notebook's declared parameters, each of its default's type and within its
-    declared choices."""
-    from ...run import params
+    name only the notebook's declared parameters, each of its default's type and within what its
+    comment declares (choices, members, range, not empty: ``run.contract``)."""
+    from ...run import contract
     from ..notebook_runner import parameters_source
     source = parameters_source(notebook) if notebook.exists() else None
     for field in ("parameters", "sandbox"):
@@ -148,7 +148,7 @@ def _check_parameters(meta: dict, notebook: Path, problems: list) -> None:
         if not isinstance(values, dict):
             problems.append((field, "must be an object of notebook parameters"))
         elif source is not None:  # what the kernel's own check would refuse on Kaggle, said here
-            found = params.problems(params.assignments(source), values, params.choices(source))
+            found = contract.problems(source, values)
             problems += [(field, f"{problem} in {notebook.name}") for problem in found]
 
 
