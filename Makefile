@@ -78,7 +78,7 @@ $(SANDBOX_PACKAGES): sandbox/kaggle-image.txt
 $(SANDBOX_STAMP): $(SANDBOX_PACKAGES) $(STAMP)
 	$(PY) -c "from kagglekit.tools.kernelenv import kernel_python; kernel_python()"
 
-## test: the whole suite on CPU, the sandbox's nine notebooks included, T4 x2 emulated (GPU tests are skipped without a GPU; TEST_JOBS=2 workers)
+## test: the whole suite on CPU, the sandbox's notebooks included, T4 x2 emulated (GPU tests are skipped without a GPU; TEST_JOBS=2 workers)
 # Two xdist workers, the longest tests first (tests/conftest.py); --maxschedchunk 1 hands
 # each worker its next test only when it needs one, so neither idles at the end. One
 # thread per process: with two workers on two cores, OpenMP threads spin-waiting for a
