@@ -76,10 +76,14 @@ def _make(*args: str, cwd: Path, env: dict | None = None, timeout: int = 600) ->
                           capture_output=True, text=True, timeout=timeout)
 
 
+CLONED_AT = 946_684_800  # 2000-01-01: older than any set-up stamp
+
+
 def clean_checkout(root: Path) -> Path:
     """This tree as a fresh clone holds it (tracked and new files, nothing git ignores: no runs/,
-    no build/), file times kept, with this checkout's .venv and .sandbox linked in: their set-up
-    is `make test`'s own, done before the suite."""
+    no build/), with this checkout's .venv and .sandbox linked in: their set-up is `make test`'s
+    own, done before the suite. The files are dated before the set-up's stamps, as a clone set up
+    after it was made is: make builds nothing again."""
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
                             capture_output=True, text=True, check=True).stdout.split("\0")
     for name in filter(None, listed):
@@ -87,6 +91,7 @@ def clean_checkout(root: Path) -> Path:
         if source.is_file():
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, root / name)
+            os.utime(root / name, (CLONED_AT, CLONED_AT))
     for linked in (".venv", ".sandbox"):
         (root / linked).symlink_to(REPO / linked, target_is_directory=True)
     return root

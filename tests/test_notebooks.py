@@ -177,7 +177,9 @@ def test_quickstart_reads_a_tabular_competitions_train_csv_through_data_dir(tmp_
     executed = "".join(_text(o) for _, o in _outputs(out / "quickstart.ipynb"))
     # four numeric columns and color one-hot: red, green, blue and its gap
     assert "train.csv: 1,500 rows, 8 features, classes ['approved', 'declined']" in executed
-    assert "'id': 'a row id'" in executed and "'note': '1500 distinct values" in executed
+    assert "note: column 'id' not used: a row id" in executed  # said on the way, and beside the results:
+    assert m["notes"] == ["column 'id' not used: a row id", "column 'note' not used: 1500 distinct values: free text, "
+                          "not categories"]
     submission = pd.read_csv(out / "submission.csv")  # test.csv through train's preprocessing
     assert list(submission.columns) == ["id", "Status"] and submission["id"].tolist() == list(range(1500, 1510))
     assert set(submission["Status"]) <= {"approved", "declined"} and m["submission"]["rows"] == 10
@@ -185,13 +187,12 @@ def test_quickstart_reads_a_tabular_competitions_train_csv_through_data_dir(tmp_
     assert (np.where(submission["Status"] == "approved", 1, 0) == truth).mean() >= 0.7
 
 
-@pytest.mark.slow
-def test_a_missing_data_dir_fails_with_its_name(tmp_path):
-    import papermill
-    with pytest.raises(papermill.PapermillExecutionError,
-                       match="data_dir='/no/such/folder' does not exist"):
+def test_a_missing_data_dir_fails_with_its_name_before_a_kernel(tmp_path):
+    from kagglekit.run.paths import PathError
+    with pytest.raises(PathError, match="data_dir='/no/such/folder' does not exist"):
         run_notebook(REPO / "notebooks" / "quickstart.ipynb", {"data_dir": "/no/such/folder"},
-                     output_dir=tmp_path, progress=False)
+                     output_dir=tmp_path / "q", progress=False)
+    assert not (tmp_path / "q").exists()
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -47,9 +47,11 @@ def test_another_configuration_and_a_failed_run_leave_the_first_run_byte_equal(t
 
     second = _run(out, "smoke=True", "lr=0.01")
     assert second.returncode == 0, second.stderr
-    failed = _run(out, "smoke=True", "data_dir=/no/such/folder")
+    empty = tmp_path / "empty"  # a folder, but no table in it: the kernel fails on it
+    empty.mkdir()
+    failed = _run(out, "smoke=True", f"data_dir={empty}")
     assert failed.returncode == 1
-    assert "FAILED: DataDirError: data_dir='/no/such/folder' does not exist" in failed.stderr
+    assert "FAILED: TableError: " in failed.stderr and "empty" in failed.stderr
     assert "Traceback" not in failed.stderr  # the traceback is in the run's error.log
     assert _snapshot(good) == before  # nothing of the first run was touched
 
@@ -58,7 +60,7 @@ def test_another_configuration_and_a_failed_run_leave_the_first_run_byte_equal(t
     assert rows[good.name]["status"] == "ok" and "validation accuracy" in rows[good.name]["headline"]
     [bad] = [r for r in rows.values() if r["run"].startswith("data_dir=")]
     assert bad["status"] == "failed" and not bad["latest"]
-    assert "DataDirError" in (out / "quickstart" / bad["run"] / "error.log").read_text()
+    assert "TableError" in (out / "quickstart" / bad["run"] / "error.log").read_text()
     latest = (out / "quickstart" / "latest").resolve()
     assert latest.name.startswith("lr=0.01,smoke=True-")  # the last run that succeeded
     listed = subprocess.run([sys.executable, "-m", "kagglekit.tools.cli", "runs", "--output", str(out)],

@@ -251,6 +251,20 @@ def test_a_search_that_only_fails_stops_with_its_error_and_the_fixed_one_carries
     assert tune.counts(study) == {"FAIL": 6, "COMPLETE": 4}
 
 
+SESSION = {}  # what a session gives a search: its time (the next version has more)
+CUT_DATA = torch.randn(64, 4, generator=torch.Generator().manual_seed(0)), torch.arange(64) % 2
+
+
+def _cut_objective(trial):
+    lr = trial.suggest_float("lr", 1e-3, 1e-1, log=True)
+    model = torch.nn.Linear(4, 2)
+    loader = data.make_loader(torch.utils.data.TensorDataset(*CUT_DATA), 8, num_workers=0)
+    result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=lr), loader, kk.supervised(F.cross_entropy),
+                    run=kk.Alone(device="cpu", time_budget=SESSION["budget"]), epochs=SESSION["epochs"],
+                    progress=False)
+    return min(h["train_loss"] for h in result.history)  # as the forecast's: no epoch, no value
+
+
 def test_a_trial_the_sessions_deadline_cuts_short_is_run_again_by_the_next_version(tmp_path, monkeypatch, capsys):
     """The deadline passed mid-search (a forecast's LSTM search under a time budget): each
     trial's fit stopped before its first epoch, and four failed trials ended the notebook with
@@ -259,18 +273,8 @@ def test_a_trial_the_sessions_deadline_cuts_short_is_run_again_by_the_next_versi
     point (here the defaults) first."""
     monkeypatch.setenv("KAGGLEKIT_OUTPUT", str(tmp_path / "out"))
     run = kk.start({"seed": 0}, "cut", declared={"seed": 0}, verbose=False)
-    x, y = torch.randn(64, 4), torch.randint(0, 2, (64,))
-    session = {"budget": 0.5, "epochs": 10_000}
-
-    def objective(trial):
-        lr = trial.suggest_float("lr", 1e-3, 1e-1, log=True)
-        model = torch.nn.Linear(4, 2)
-        loader = data.make_loader(torch.utils.data.TensorDataset(x, y), 8, num_workers=0)
-        result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=lr), loader, kk.supervised(F.cross_entropy),
-                        run=kk.Alone(device="cpu", time_budget=session["budget"]), epochs=session["epochs"],
-                        progress=False)
-        return min(h["train_loss"] for h in result.history)  # as the forecast's: no epoch, no value
-
+    SESSION.update(budget=0.5, epochs=10_000)
+    objective = _cut_objective  # its study's key: its code and the parameters it reads, the same both sessions
     assert tune.best(objective, "cut", 3, defaults={"lr": 0.01}, run=run, direction="minimize") == {"lr": 0.01}
     said = capsys.readouterr().out
     assert "cut short by the session's time" in said and "(time budget)" in said
@@ -278,7 +282,7 @@ def test_a_trial_the_sessions_deadline_cuts_short_is_run_again_by_the_next_versi
     trials = tune.load_study(db.stem, kk.studystore.storage_url(db), "minimize").get_trials(deepcopy=False)
     assert [t.state.name for t in trials] == ["FAIL", "WAITING"] and trials[0].user_attrs["cut_short"]
 
-    session.update(budget=None, epochs=2)  # the next version, with the time to finish
+    SESSION.update(budget=None, epochs=2)  # the next version, with the time to finish
     tune.best(objective, "cut", 3, defaults={"lr": 0.01}, run=run, direction="minimize")
     trials = tune.load_study(db.stem, kk.studystore.storage_url(db), "minimize").get_trials(deepcopy=False)
     done = [t for t in trials if t.state.name == "COMPLETE"]

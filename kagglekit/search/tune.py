@@ -287,7 +287,8 @@ def best(objective: Callable, name: str, n_trials: int, *, defaults: dict, run, 
     found = optimize(objective, study_name, n_trials, directory=run.output_dir / "tune", direction=direction,
                      first_params=defaults, run=run, seed=run.seed, **options)
     run.log(**{f"search_{name}": summarize(found, run.output_dir, prefix=f"tune_{name}")})
-    failed = [t for t in found.get_trials(deepcopy=False) if t.state.name == "FAIL"]
+    failed = [t for t in found.get_trials(deepcopy=False)
+              if t.state.name == "FAIL" and not t.user_attrs.get("cut_short")]  # cut short: no failure
     if failed:  # beside the results, not only in the study's table
         first = failed[0].user_attrs.get("error", "not recorded")
         run.note(f"search {name}: {len(failed)} of {len(found.trials)} trials failed (the first: {first})")

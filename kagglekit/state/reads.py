@@ -157,8 +157,10 @@ def _now(namespace: dict, cells: list[str]) -> tuple[int, int] | None:
     """(the cell running now, its line) where the notebook's top level is at this moment; None
     when it is not running (a function of a plain module called later)."""
     frame = inspect.currentframe()
-    while frame is not None:
-        if frame.f_globals is namespace and frame.f_code.co_name == "<module>":
+    while frame is not None:  # a cell's own code runs with its namespace as globals and locals
+        # (its name is "<module>", or "<cell line: 0>" under IPython 7: Kaggle's image)
+        if frame.f_globals is namespace and not frame.f_code.co_flags & inspect.CO_NEWLOCALS \
+                and frame.f_locals is namespace:
             source = "".join(linecache.getlines(frame.f_code.co_filename))
             same = [i for i, cell in enumerate(cells) if cell.rstrip() == source.rstrip()]
             return (same[-1], frame.f_lineno) if same and source.strip() else None
