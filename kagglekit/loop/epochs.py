@@ -134,6 +134,7 @@ class EpochLoop:
                   "train_loss": float(st.summed_loss()) / max(st.loss_steps, 1),
                   "lr": p.optimizer.param_groups[0]["lr"], "seconds": round(seconds, 3),
                   "samples_per_s": round(st.epoch_samples * ranks.world_size() / max(seconds, 1e-9), 2),
+                  **self.stepper.scaler_watch.epoch_record(p.amp.scaler), **_gpu_memory(p.device),
                   **self.validate()}
         st.history.append(record)
         early = self.keeper.early_stopping
@@ -150,6 +151,16 @@ class EpochLoop:
         return Stop.EARLY_STOPPING if stop else None
 
 
+def _gpu_memory(device: torch.device) -> dict:
+    """The card's memory at the epoch's end: what tensors hold now and the most they held
+    (torch's allocator, in MB; no host sync): {} off a GPU."""
+    if device.type != "cuda":
+        return {}
+    return {"gpu_allocated_mb": round(torch.cuda.memory_allocated(device) / 2**20, 1),
+            "gpu_peak_mb": round(torch.cuda.max_memory_allocated(device) / 2**20, 1)}
+
+
 def _postfix(record: dict) -> str:
-    keys = [k for k in record if k not in ("epoch", "step", "lr", "seconds")]
+    keys = [k for k in record if k not in ("epoch", "step", "lr", "seconds", "scale", "skipped_steps",
+                                           "gpu_allocated_mb", "gpu_peak_mb")]
     return " ".join(f"{k}={record[k]:.4g}" for k in keys if isinstance(record[k], float))

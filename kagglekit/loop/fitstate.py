@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import monitor
+from . import monitor, scalerhealth
 from .fitoptions import Stop
 
 
@@ -59,6 +59,7 @@ class LoopState:
     history: list = field(default_factory=list)
     precision: str = ""  # "fp32" once a non-finite fp16 loss made the run give fp16 up
     precision_events: list = field(default_factory=list)
+    precision_choice: dict = field(default_factory=dict)  # precision="auto": what the probe measured
     length: dict | None = None  # the length it trains to (schedule.Length.as_dict())
     stopped: str = ""  # why a finished run stopped (completed, early_stopping, ...)
     # Not saved: set by hooks; the step losses not yet in ``loss_sum``.
@@ -93,7 +94,7 @@ class LoopState:
                 "split": self.split, "oom_events": self.oom_events,
                 "epoch_samples": self.epoch_samples, "precision": self.precision,
                 "precision_events": self.precision_events, "length": self.length,
-                "stopped": self.stopped}
+                "stopped": self.stopped, "precision_choice": self.precision_choice}
 
     @classmethod
     def from_dict(cls, loop: dict) -> LoopState:
@@ -103,7 +104,8 @@ class LoopState:
                    oom_events=list(loop.get("oom_events", [])),
                    epoch_samples=loop.get("epoch_samples", 0), precision=loop.get("precision", ""),
                    precision_events=list(loop.get("precision_events", [])),
-                   length=loop.get("length"), stopped=loop.get("stopped", ""))
+                   length=loop.get("length"), stopped=loop.get("stopped", ""),
+                   precision_choice=dict(loop.get("precision_choice") or {}))
 
 
 @dataclass
@@ -147,6 +149,7 @@ class FitResult:
     samples_per_s: float = 0.0  # all ranks together, this session
     oom_events: list = field(default_factory=list)
     precision_events: list = field(default_factory=list)  # fp16 given up after a NaN/inf loss
+    precision_probe: dict = field(default_factory=dict)  # precision="auto": rates, the choice and why
     breakdown: dict = field(default_factory=dict)  # StepTimer.summary()
     gpu: dict = field(default_factory=dict)  # GPUSampler.summary()
     gpu_samples: list = field(default_factory=list)
@@ -184,7 +187,8 @@ class FitResult:
                 "loader_workers": self.loader_workers, "samples_per_s": round(self.samples_per_s, 2),
                 "samples_per_s_per_gpu": round(self.samples_per_s / self.world_size, 2),
                 "oom_count": len(self.oom_events), "oom_events": self.oom_events,
-                "precision_events": self.precision_events,
+                "precision_events": self.precision_events, "precision_probe": self.precision_probe,
+                "scaler": scalerhealth.summary(self.history, self.steps),
                 "step_breakdown": self.breakdown, "gpu": self.gpu,
                 "gpu_timeline": _thin(self.gpu_samples, TIMELINE_POINTS),
                 "diagnosis": self.diagnosis() if self.breakdown.get("sampled_steps") else None,

@@ -107,8 +107,9 @@ class Resuming:
 
     def load(self, state: dict) -> None:
         """Put ``state`` (a checkpoint's) into the live objects and the loop."""
-        if state["loop"].get("precision") == "fp32" and self.parts.amp.name == "fp16":
-            self.fall_back_to_fp32()  # an earlier session gave fp16 up for this run
+        chosen = (state["loop"].get("precision_choice") or {}).get("chosen")
+        if "fp32" in (state["loop"].get("precision"), chosen) and self.parts.amp.name != "fp32":
+            self.fall_back_to_fp32()  # an earlier session gave fp16 up, or measured fp32 faster
         p = self.parts
         restore(state, p.model, p.optimizer, p.scheduler, p.amp.scaler, device=p.device)
         p.state = LoopState.from_dict(state["loop"])

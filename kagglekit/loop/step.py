@@ -27,6 +27,7 @@ import torch
 
 from ..parallel import ranks
 from ..parallel.batches import batch_size, chunk_weights, split_batch
+from .scalerhealth import ScalerWatch
 
 OOM_ERRORS = (torch.cuda.OutOfMemoryError,)
 _SYNC = contextlib.nullcontext()  # gradients sync as usual (one stateless object for every step)
@@ -147,6 +148,7 @@ class Stepper:
         self.graphs = graphs  # active once fit installs it
         self.clip_grad_norm, self.oom_backoff, self.min_batch = clip_grad_norm, oom_backoff, min_batch
         self.distributed = ranks.distributed()
+        self.scaler_watch = ScalerWatch()  # the steps fp16's scaler skipped, counted on the device
 
     def __call__(self, micro: list, timer) -> torch.Tensor:
         while True:
@@ -173,7 +175,9 @@ class Stepper:
             loss = self.compiled.run(self._backward, micro)
             timer.mark("compute")
             attempt.failed = "optimizer"
+            self.scaler_watch.before_step(p.amp.scaler)
             apply(p.model, p.optimizer, p.amp.scaler, self.clip_grad_norm)
+            self.scaler_watch.after_step(p.amp.scaler)
             timer.mark("optimizer")
             attempt.failed = None
             return loss

@@ -20,7 +20,7 @@ import torch
 from ..machine import ascard, precision as precision_mod, signals
 from ..machine.budget import Unfinished, partial_unwanted
 from ..parallel import ranks
-from . import accel, cudagraph, fitoptions, monitor, schedule, validation
+from . import accel, cudagraph, fitoptions, monitor, probe, schedule, validation
 from .durable import Durable
 from .epochs import EpochLoop
 from .fitoptions import Alone, Monitor, Speed, Stop, Watch  # noqa: F401 (kk.Alone, kk.Speed, kk.Monitor)
@@ -102,6 +102,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
     with _cudnn_benchmark(speed.cudnn_benchmark and device.type == "cuda"):
         result = _fit(model, optimizer, train_loader, loss_fn, run, val_loader, evaluate, device,
                       steps, speed, durability, fitoptions.capped(watch, run.work_cap))
+    if device.type == "cuda":  # the allocator's cached blocks back to the card: the next model of
+        torch.cuda.empty_cache()  # this process (a notebook training several in turn) starts clean
     if result.stopped == Stop.TIME_BUDGET and durability.unit:
         raise Unfinished(f"{durability.checkpoints.root.name}: the session's time ran out at step "
                          f"{result.steps}; saved {result.checkpoint}: the next session resumes it")
@@ -155,6 +157,9 @@ def _fit(model, optimizer, train_loader, loss_fn, run, val_loader, evaluate, dev
     finished = keeper.resume(train_loader, enabled=durability.resume, length=length, start=built)
     keeper.after_restart()  # a restart after a rank ran out of memory: its smaller batches
     parts.state.length = parts.state.length or length.as_dict()
+    if not finished:  # precision="auto": the faster of fp32 and the card's mixed precision
+        planned = min(length.steps, watch.max_steps or length.steps)  # the sandbox's cap too
+        probe.settle(parts, loss_fn, train_loader, steps.clip_grad_norm, planned)
     start_step, loop_started = parts.state.step, time.monotonic()
     sampler = monitor.GPUSampler()
     if watch.monitor.gpu and device.type == "cuda" and ranks.is_main() and not finished:
@@ -176,7 +181,8 @@ def _fit(model, optimizer, train_loader, loss_fn, run, val_loader, evaluate, dev
     rate = st.samples / max(time.monotonic() - loop_started, 1e-9)
     return FitResult(history=st.history, steps=st.step, epochs=st.epoch, stopped=stopped,
                      seconds=time.monotonic() - started, precision=parts.amp.name,
-                     precision_events=list(st.precision_events), compile=stepper.compiled.status,
+                     precision_events=list(st.precision_events), precision_probe=dict(st.precision_choice),
+                     compile=stepper.compiled.status,
                      cuda_graphs=graphs.status, resumed_from=keeper.resumed_from,
                      checkpoint=keeper.last_checkpoint, steps_this_session=st.step - start_step,
                      world_size=world, samples_per_s=rate * world, oom_events=list(st.oom_events),

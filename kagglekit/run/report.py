@@ -42,6 +42,8 @@ class Report:
         if not summary.get("steps") and summary.get("stopped") != "already_complete":
             self.note(f"{label}: 0 training steps ({summary.get('stopped', 'not trained')}): its results are "
                       "the untrained model's")
+        if (summary.get("scaler") or {}).get("healthy") is False:
+            self.note(f"{label}: fp16's scaler was unhealthy: {summary['scaler']['why']}")
         timeline = summary.pop("gpu_timeline", None) or []
         earlier = self.previous.get(label)
         if summary.get("stopped") == "already_complete" and earlier:

@@ -11,7 +11,9 @@ may set its own under ``criteria`` (the GNN's headline target: PR-AUC >= 0.80, f
 - its difference from the local run: under 2% success, past 5% investigate, past 10% fail;
 - the Kaggle run's wall time: under 70 minutes success, past 90 investigate;
 - GPU utilisation: above 70% success, under 50% investigate; no GPU seen fails;
-- out-of-memory events fail; mixed-precision events (an fp16 overflow rolled back) investigate.
+- out-of-memory events fail; mixed-precision events (an fp16 overflow rolled back) investigate,
+  and so does an fp16 scaler whose scale collapsed or that skipped many steps (a fit's
+  ``scaler.healthy``: ``loop.scalerhealth``).
 """
 from __future__ import annotations
 
@@ -82,7 +84,7 @@ def compare(local: dict, remote: dict, criteria: dict | None = None) -> dict:
         rows.append({"metric": key, "local": a[key], "kaggle": b[key], "relative": rel,
                      "verdict": verdict(rel)})
     judged = [_ran(remote), _headline(remote, rules), _difference(local, remote, rules),
-              _minutes(remote, rules), _gpus(remote, b, rules), _oom(b), _precision(remote)]
+              _minutes(remote, rules), _gpus(remote, b, rules), _oom(b), _precision(remote), _scaler(remote)]
     worst = max((c["verdict"] for c in judged), key=ORDER.index)
     return {"rows": rows, "criteria": judged, "verdict": worst, "ok": worst != "fail",
             "wall_seconds": {"local": a.get("wall_seconds"), "kaggle": b.get("wall_seconds")},
@@ -188,6 +190,18 @@ def _gpus(remote: dict, flat: dict, rules: dict) -> dict:
 def _oom(flat: dict) -> dict:
     count = sum(v for k, v in flat.items() if k.endswith("oom_count"))
     return _judge("out of memory", "fail" if count else "success", f"{int(count)} out-of-memory events")
+
+
+def _scaler(remote: dict) -> dict:
+    """fp16's GradScaler in every fit of the Kaggle run: a collapsed scale or many skipped steps."""
+    fits = {k: v["scaler"] for k, v in remote.items() if isinstance(v, dict) and v.get("scaler")}
+    if not fits:
+        return _judge("fp16 scaler", "not measured", "no fit trained with a GradScaler")
+    sick = {k: s["why"] for k, s in fits.items() if s.get("healthy") is False}
+    if sick:
+        return _judge("fp16 scaler", "investigate", "; ".join(f"{k}: {why}" for k, why in sick.items()))
+    return _judge("fp16 scaler", "success", f"{len(fits)} fits: " + ", ".join(
+        f"{k} lowest scale {s['lowest_scale']:.3g}, {s['skipped_steps']} skipped" for k, s in fits.items()))
 
 
 def _precision(remote: dict) -> dict:
