@@ -22,7 +22,7 @@ _PARTS = {
                 "datasets", "graph", "textsets", "manpages", "pretrained", "competition", "playground"],
     "loop": ["train", "epochs", "step", "halving", "fitoptions", "fitstate", "durable", "resuming", "restarts",
              "fallback", "accel", "cudagraph", "guards", "progress", "monitor", "memory", "schedule", "probe",
-             "scalerhealth"],
+             "scalerhealth", "batchsize"],
     "run": ["context", "unit", "params", "contract", "paths", "splitters", "plots", "metrics", "surfacescore",
             "evaluate", "submission", "foldresults", "folds", "oofio", "blend", "serving", "scoring", "workpool", "zoo",
             "hillclimb", "stacking", "oofsources", "choice", "rerunplan"],

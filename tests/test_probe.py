@@ -122,3 +122,12 @@ def test_the_scalers_scale_and_skipped_steps_are_recorded_and_a_collapse_is_flag
     judged = _scaler(saved)
     assert judged["verdict"] == "investigate" and "fit: its scale fell" in judged["reason"]
     assert _scaler({"fit": {"scaler": healthy["scaler"]}})["verdict"] == "success"
+
+
+def test_a_loader_shorter_than_the_probe_is_read_again_from_its_first_batch(card):
+    card("fp32")
+    model = torch.nn.Linear(16, 2)
+    batch = (X[:16], Y[:16])
+    result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), [batch], kk.supervised(F.cross_entropy),
+                    run=kk.Alone(device="cpu", precision="auto"), epochs=3, progress=False, monitor=False)
+    assert result.precision == "fp32" and result.summary()["precision_probe"]["chosen"] == "fp32"

@@ -122,15 +122,15 @@ def _steps(parts, loss_fn, batches: list, amp, clip_grad_norm) -> None:
 
 
 def _first_batches(loader, n: int, device: torch.device) -> list:
-    """The loader's first ``n`` batches of the epoch the fit starts (fewer in a short loader), on
-    the device; the loader is positioned again by the fit before it trains."""
+    """The loader's first ``n`` batches of the epoch the fit starts (a short loader's again from
+    its first), on the device; the loader is positioned again by the fit before it trains."""
     loaders.start_epoch(loader, 0, 0)
     batches = []
     for batch in loader:
         batches.append(loaders.to_device(batch, device))
         if len(batches) == n:
             break
-    return batches
+    return [batches[i % len(batches)] for i in range(n)]
 
 
 def _snapshot(parts) -> dict:
