@@ -8,7 +8,9 @@ sparse input dropout) on the built-in fraud-like graph, trained on neighbour-sam
 Each variant runs ``STEPS`` optimizer steps after as many warm-up steps (compilation, the
 allocator), rounds alternate between the variants, and the median step time and the peak
 memory (CUDA allocator on a GPU, resident high-water mark on a CPU) print as ratios against
-"none" measured in the same run. ``--compile`` adds torch.compile (minutes on a CPU).
+"none" measured in the same run; "all on" is every switch at once (and the neighbour sampling in
+a loader process, the batches pinned on a GPU), as the seeds' write-ups turn them on together.
+``--compile`` adds torch.compile, to "all on" too (minutes on a CPU).
 """
 from __future__ import annotations
 
@@ -45,13 +47,13 @@ def node_loss(model, batch):
     return F.binary_cross_entropy_with_logits(logits, batch.y[: batch.batch_size].float())
 
 
-def timed(data, device, accumulate=1, grad_checkpointing=False, compile=False) -> dict:
+def timed(data, device, accumulate=1, grad_checkpointing=False, compile=False, workers=0) -> dict:
     torch.manual_seed(0)
     model = model_for(data)
     if grad_checkpointing:
         kk.accel.checkpoint_blocks(model.convs)
     loader = kk.graph.node_batches(data, data.train_mask, HOPS, BATCH, full_batch=False,
-                                   steps_between_evals=STEPS * accumulate, seed=0, device=device)
+                                   steps_between_evals=STEPS * accumulate, seed=0, device=device, workers=workers)
     kk.memory.reset_peak_of(device)
     result = kk.fit(model, torch.optim.Adam(model.parameters(), lr=1e-2), loader, node_loss,
                     run=kk.Alone(device=device), progress=False,
@@ -66,8 +68,11 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     data = kk.graphsets.load(None, nodes=20000, positive_rate=0.05, seed=0)
     variants = {"none": {}, "accumulate=2": {"accumulate": 2}, "grad_checkpointing": {"grad_checkpointing": True}}
+    variants["sampling in a worker"] = {"workers": 1}
+    variants["all on"] = {"accumulate": 2, "grad_checkpointing": True, "workers": 1}
     if "--compile" in sys.argv:
         variants["compile"] = {"compile": True}
+        variants["all on"]["compile"] = True
     rows = {name: [] for name in variants}
     for _ in range(ROUNDS):
         for name, switches in variants.items():

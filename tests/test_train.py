@@ -72,6 +72,24 @@ def test_compile_failure_falls_back_to_eager_with_the_reason(capsys):
         assert torch.equal(a, b)  # the failed attempt left no trace in the weights
 
 
+@pytest.mark.slow
+def test_a_compiled_fit_trains_compiled_as_the_eager_one_does():
+    """torch.compile's own path, once (inductor on the CPU: about 15 s): the fit says "compiled",
+    keeps it (no fallback), and ends where eager training ends, to float rounding."""
+    ds, model = _setup()
+    reference = models.MLP(16, 32, 4)
+    reference.load_state_dict(model.state_dict())
+    results = []
+    for m, mode in [(model, "strict"), (reference, "off")]:
+        kk.seed_everything(1)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        results.append(kk.fit(m, opt, data.make_loader(ds, 32, num_workers=0), LOSS, epochs=2, progress=False,
+                              speed=kk.Speed(compile=mode), monitor=False))
+    assert [r.compile for r in results] == ["compiled", "eager"]
+    for a, b in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_strict_compile_raises_instead_of_falling_back():
     _, model = _setup()
     compiled = accel.Compiled(model, "strict", {"backend": _failing_backend})

@@ -75,15 +75,16 @@ class NeighborSampler:
 
 
 def seed_loader(data, mask: torch.Tensor, fanouts: list[int], batch_size: int, *,
-                train: bool = True, seed: int = 0, device="cpu"):
+                train: bool = True, seed: int = 0, device="cpu", workers: int = 0):
     """Mini-batches of sampled neighbourhoods around the nodes in ``mask``: the seeds go
     through ``make_loader``, so they are sharded over DDP ranks and a mid-epoch resume
-    continues with the next batch. (PyG's NeighborLoader needs pyg-lib or torch-sparse, which
-    neither PyPI nor Kaggle's image has.)"""
+    continues with the next batch; ``workers``: sampling in that many loader processes (0: in
+    the training process). (PyG's NeighborLoader needs pyg-lib or torch-sparse, which neither
+    PyPI nor Kaggle's image has.)"""
     from ..parallel.loaders import make_loader
     seeds = mask.nonzero().view(-1)
     sampler = NeighborSampler(data, fanouts, seed)
-    return make_loader(seeds, batch_size, train=train, seed=seed, device=device, num_workers=0,
+    return make_loader(seeds, batch_size, train=train, seed=seed, device=device, num_workers=workers,
                        collate_fn=lambda ids: sampler(torch.stack(ids) if isinstance(ids, list)
                                                       else ids), drop_last=False)
 
@@ -139,12 +140,14 @@ class FullBatch:
 
 
 def node_batches(data, mask: torch.Tensor, fanouts: list[int], batch_size: int, *,
-                 full_batch: bool, steps_between_evals: int = 1, seed: int = 0, device="cpu"):
+                 full_batch: bool, steps_between_evals: int = 1, seed: int = 0, device="cpu",
+                 workers: int = 0):
     """Training batches around the nodes of ``mask``: the whole graph (``FullBatch``)
-    when ``full_batch``, else neighbour-sampled mini-batches (``seed_loader``)."""
+    when ``full_batch``, else neighbour-sampled mini-batches (``seed_loader``, sampled in
+    ``workers`` loader processes)."""
     if full_batch:
         return FullBatch(data, mask, len(fanouts), steps_between_evals, device)
-    return seed_loader(data, mask, fanouts, batch_size, seed=seed, device=device)
+    return seed_loader(data, mask, fanouts, batch_size, seed=seed, device=device, workers=workers)
 
 
 class LinkBatch(NamedTuple):
