@@ -217,3 +217,45 @@ def test_fits_loop_reads_on_one_screen():
     loop = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "EpochLoop")
     body = {f.name: f.end_lineno - f.lineno + 1 for f in loop.body if isinstance(f, ast.FunctionDef)}
     assert body["run"] + body["train_epoch"] <= 60, body
+
+
+# A module's private names (``_name``) are its own: another module that needs one needs it public.
+# Each exception, and why (none today).
+PRIVATE_REACH_INS: dict[str, str] = {}
+
+
+def private_reach_ins(path: Path, kit_modules: set[str]) -> list[str]:
+    """``from x import _y`` (the name imported, not an alias) and ``x._y`` on a kit module bound in
+    ``path``."""
+    tree = ast.parse(path.read_text())
+    found, bound = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            local = node.level > 0 or (node.module or "").startswith("kagglekit")
+            for alias in node.names if local else []:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"from {'.' * node.level}{node.module or ''} import {alias.name}")
+                if alias.name in kit_modules:
+                    bound.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("kagglekit")}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound \
+                and node.attr.startswith("_") and not node.attr.startswith("__"):
+            found.append(f"{node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    kit_modules = {p.stem for p in PACKAGE.rglob("*.py")}
+    reaching = {f"{p.relative_to(PACKAGE.parent)}: {r}" for p in PACKAGE.rglob("*.py")
+                for r in private_reach_ins(p, kit_modules)}
+    assert sorted(reaching - set(PRIVATE_REACH_INS)) == []
+
+
+def test_a_new_reach_in_is_caught(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from ..run.plots import _pyplot\nfrom . import keys\nkeys._code_of(1)\n"
+                      "from .found import names as _names\n")
+    assert private_reach_ins(module, {"keys", "found", "plots"}) == ["from ..run.plots import _pyplot",
+                                                                      "keys._code_of"]

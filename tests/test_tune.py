@@ -128,8 +128,8 @@ def test_the_time_budget_stops_before_a_trial_that_would_overrun(tmp_path):
 def test_optunas_plot_style_does_not_leak_into_the_runs_other_plots(tmp_path):
     import matplotlib
 
-    from kagglekit.run.plots import _pyplot
-    _pyplot()  # the kit's own headless backend choice is not what this test is about
+    from kagglekit.run.plots import pyplot
+    pyplot()  # the kit's own headless backend choice is not what this test is about
     before = dict(matplotlib.rcParams)
     study = tune.optimize(busy_objective, "style", studyreport.MIN_TRIALS_FOR_PLOTS, directory=tmp_path,
                           workers=1)

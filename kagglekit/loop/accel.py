@@ -42,7 +42,7 @@ class Compiled:
         except Exception as err:  # noqa: BLE001 - any backend failure means "use eager"
             if self.mode == "strict":
                 raise
-            reason = _reason(err)
+            reason = failure_reason(err)
             print(f"kagglekit: torch.compile failed, training eagerly instead ({reason[:200]})",
                   file=sys.stderr)
             self.model, self.status = self.eager, f"eager (compile failed: {reason[:200]})"
@@ -53,7 +53,7 @@ class Compiled:
         return out
 
 
-def _reason(err: BaseException) -> str:
+def failure_reason(err: BaseException) -> str:
     """One line: the outer error's type and the root cause's message."""
     root = err
     while getattr(root, "inner_exception", None) or root.__cause__:

@@ -22,7 +22,7 @@ from collections import Counter
 
 import torch
 
-from .accel import _reason
+from .accel import failure_reason
 
 MODES = ("off", "auto", "strict")
 # Module-level so tests can run the guard logic on CPU with a stand-in capture.
@@ -56,7 +56,7 @@ class GraphedFunction:
                 self.static_out = fn(*self.static_in)
             self.status = "cuda graph"
         except Exception as err:  # noqa: BLE001 - not capturable: say why, run eagerly
-            self.graph, self.status = None, f"eager (capture failed: {_reason(err)})"
+            self.graph, self.status = None, f"eager (capture failed: {failure_reason(err)})"
 
     def __call__(self, *inputs):
         if self.graph is None:
@@ -160,7 +160,7 @@ class GraphedModel:
         except Exception as err:  # noqa: BLE001 - not capturable: eager, with the reason
             if self.mode == "strict":
                 raise
-            self.failure = f"capture failed: {_reason(err)[:200]}"
+            self.failure = f"capture failed: {failure_reason(err)[:200]}"
             print(f"kagglekit: CUDA-graph {self.failure}; training eagerly", file=sys.stderr)
         finally:
             # Warm-up passes are not training: BatchNorm statistics go back to before them.

@@ -18,8 +18,8 @@ whose mixed precision it is (fp16 + GradScaler on a T4, bf16 from compute capabi
   trains on in it without measuring again. Under DDP rank 0's measurement decides every rank's;
 - a fit shorter than ``MIN_STEPS`` is not measured (the probe would cost more than it saves), nor
   is an explicit precision (obeyed) or the CPU (fp32);
-- under ``KAGGLEKIT_EMULATE=t4x2`` the probe runs and records the CPU's rates, which say nothing
-  of a T4: the card's precision is kept, and the record says why.
+- under ``KAGGLEKIT_EMULATE=t4x2`` the probe runs (a step of each, timed) and records the CPU's
+  rates, which say nothing of a T4: the card's precision is kept, and the record says why.
 """
 from __future__ import annotations
 
@@ -75,8 +75,9 @@ def measure(run_steps, samples: int, name: str, device: torch.device) -> float:
 
 def _measure(parts, loss_fn, loader, clip_grad_norm) -> dict:
     mixed, device = parts.amp.name, parts.device
-    batches = _first_batches(loader, WARMUP + TIMED, device)
-    samples = sum(batch_size(b) for b in batches[WARMUP:])
+    warmup, timed = (1, 1) if _emulated() else (WARMUP, TIMED)  # the CPU's rates decide nothing there
+    batches = _first_batches(loader, warmup + timed, device)
+    samples = sum(batch_size(b) for b in batches[warmup:])
     kept, training = _snapshot(parts), parts.model.training
     parts.model.train()  # as the fit's steps run (dropout on; its draws are put back with the rest)
     rates = {}
@@ -84,8 +85,8 @@ def _measure(parts, loss_fn, loader, clip_grad_norm) -> dict:
         for name in (mixed, "fp32"):
             amp = precision_mod.Amp(precision_mod.Precision(name, device.type))
             try:
-                _steps(parts, loss_fn, batches[:WARMUP], amp, clip_grad_norm)
-                rates[name] = round(measure(lambda a=amp: _steps(parts, loss_fn, batches[WARMUP:], a, clip_grad_norm),
+                _steps(parts, loss_fn, batches[:warmup], amp, clip_grad_norm)
+                rates[name] = round(measure(lambda a=amp: _steps(parts, loss_fn, batches[warmup:], a, clip_grad_norm),
                                             samples, name, device), 1)
             except step_mod.OOM_ERRORS:
                 rates[name] = None

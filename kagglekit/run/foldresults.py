@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..machine.display import headline
-from .splitters import _array
+from .splitters import as_array
 
 
 @dataclass
@@ -58,6 +58,6 @@ class CVResult:
         elsewhere (rows no fold validated)."""
         oof, test = self.oof[model], self.test[model]
         out = np.full((size, *oof.shape[1:]), np.nan)
-        out[_array(rows)] = oof
-        out[_array(test_rows)] = test
+        out[as_array(rows)] = oof
+        out[as_array(test_rows)] = test
         return out

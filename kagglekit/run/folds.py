@@ -38,7 +38,7 @@ from ..machine.budget import Unfinished
 from ..state import keys
 from . import oofio
 from .foldresults import CVResult, Predictions
-from .splitters import Grouped, Holdout, _array  # noqa: F401 (kk.folds.Holdout, kk.folds.Grouped)
+from .splitters import Grouped, Holdout, as_array  # noqa: F401 (kk.folds.Holdout, kk.folds.Grouped)
 from .unit import Unit
 
 
@@ -101,7 +101,7 @@ class CrossValidation:
                  code=None, data=None, config: dict | None = None, leave_out: dict | None = None):
         self.context, self.splitter, self.n = run, splitter, n
         self.ids = np.asarray(ids if ids is not None else np.arange(n)).astype(str)
-        split = keys.derive(repr(splitter), n, keys.fingerprint([_array(y), _array(groups), list(self.ids)]))
+        split = keys.derive(repr(splitter), n, keys.fingerprint([as_array(y), as_array(groups), list(self.ids)]))
         self.name, self.key = name, split
         self.folder = Path(run.output_dir) / "folds" / f"{name}-{split}"
         self._written = None  # (target, test ids) of the OOF files once every fold is done
@@ -121,7 +121,7 @@ class CrossValidation:
                 pairs = [(parts[f"train_{k}"], parts[f"val_{k}"]) for k in range(len(parts.files) // 2)]
         else:
             pairs = [(np.asarray(a), np.asarray(b)) for a, b in
-                     self.splitter.split(np.zeros((self.n, 1)), _array(y), _array(groups))]
+                     self.splitter.split(np.zeros((self.n, 1)), as_array(y), as_array(groups))]
         if not saved.exists():  # written here too: the next version finds it in this output
             arrays = {f"{part}_{k}": idx for k, pair in enumerate(pairs) for part, idx in zip(("train", "val"), pair)}
             with atomic.atomic_path(saved) as tmp:
@@ -142,13 +142,13 @@ class CrossValidation:
                 break
             started = time.monotonic()
             try:
-                value = fold.unit.cached(lambda f=fold: _as_tensors(_checked(train_fold(f), f)))
+                value = fold.unit.cached(lambda f=fold: as_tensors(checked(train_fold(f), f)))
             except Unfinished as stopped:
                 print(f"kagglekit folds: {stopped}")
                 break
             if not done:
                 spent.append(time.monotonic() - started)
-            results[fold.index] = _as_arrays(value)
+            results[fold.index] = as_arrays(value)
         return results
 
     def _fits(self, unit, spent: list, per_version: int) -> bool:
@@ -189,9 +189,9 @@ class CrossValidation:
             print(f"kagglekit folds: {self.name}: {message}")
             return CVResult(False, done, pending, message)
         oof, test = self._assemble(results)
-        scores = oofio.scores(oof, [f.val for f in self.folds], _array(target), metric) if metric is not None else {}
-        self._written = (_array(target), test_ids)
-        self._write(oof, test, results, _array(target), test_ids)
+        scores = oofio.scores(oof, [f.val for f in self.folds], as_array(target), metric) if metric is not None else {}
+        self._written = (as_array(target), test_ids)
+        self._write(oof, test, results, as_array(target), test_ids)
         message = f"all {count} folds done"
         self.context.log(**{f"cv_{self.name}": {"folds": count, "done": done, "pending": [],
                                              "scores": scores, "higher_is_better": higher_is_better}})
@@ -259,7 +259,7 @@ class CrossValidation:
                     results, target, test_ids)
 
 
-def _checked(result, fold: Fold) -> Predictions:
+def checked(result, fold: Fold) -> Predictions:
     if not isinstance(result, Predictions):
         raise TypeError(f"train_fold({fold.name}) returned {type(result).__name__}: return "
                         "kk.folds.Predictions(oof=..., test=..., record=...); a training the "
@@ -268,7 +268,7 @@ def _checked(result, fold: Fold) -> Predictions:
     return result
 
 
-def _as_tensors(result: Predictions) -> dict:
+def as_tensors(result: Predictions) -> dict:
     """Predictions as float64 tensors (the record as it is: plain values) for the cache."""
     import torch
     def tensors(models: dict) -> dict:
@@ -276,6 +276,6 @@ def _as_tensors(result: Predictions) -> dict:
     return {"oof": tensors(result.oof), "test": tensors(result.test), "record": result.record}
 
 
-def _as_arrays(result: dict) -> dict:
+def as_arrays(result: dict) -> dict:
     return {part: models if part == "record" else {m: np.asarray(v) for m, v in models.items()}
             for part, models in result.items()}

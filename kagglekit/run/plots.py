@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
     matplotlib.use("Agg")  # no display on Kaggle batch runs or CI
     import matplotlib.pyplot as plt
@@ -11,7 +11,7 @@ def _pyplot():
 
 def learning_curves(history: list[dict], title: str = "learning curves"):
     """Train/validation losses per epoch, and every other recorded score on a second axis."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax_loss, ax_score) = plt.subplots(1, 2, figsize=(10, 3.6))
     epochs = [h["epoch"] + 1 for h in history]
     for key in [k for k in history[0] if k.endswith("loss")] if history else []:
@@ -37,7 +37,7 @@ def learning_curves(history: list[dict], title: str = "learning curves"):
 def bar_table(rows: list[dict], label: str, values: list[str], title: str = ""):
     """One bar chart per value column, bars labelled by ``label``; a column without any
     value (GPU figures on a CPU run) gets no panel rather than an empty one."""
-    plt = _pyplot()
+    plt = pyplot()
     values = [v for v in values if any(r.get(v) is not None for r in rows)] or values[:1]
     fig, axes = plt.subplots(1, len(values), figsize=(3.6 * len(values), 3.4), squeeze=False)
     names = [str(r[label]) for r in rows]
@@ -54,7 +54,7 @@ def bar_table(rows: list[dict], label: str, values: list[str], title: str = ""):
 
 def gpu_timeline(gpu_samples: list[dict]):
     """Utilisation and memory over time, one line per GPU."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax_u, ax_m) = plt.subplots(1, 2, figsize=(10, 3.4))
     for g in sorted({s["gpu"] for s in gpu_samples}):
         rows = [s for s in gpu_samples if s["gpu"] == g]
@@ -72,7 +72,7 @@ def gpu_timeline(gpu_samples: list[dict]):
 
 def step_breakdown(rows: dict[str, dict]):
     """Stacked median step time per phase, one bar per run (``{label: breakdown}``)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(rows)), 3.6))
     bottom = [0.0] * len(rows)
     labels = list(rows)
@@ -90,7 +90,7 @@ def step_breakdown(rows: dict[str, dict]):
 
 def memory_curves(curves: dict[str, list[float]], ylabel: str = "MB"):
     """Memory per cycle, one line per run (``{label: [MB per cycle]}``)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 3.4))
     for label, curve in curves.items():
         ax.plot(curve, label=label)
@@ -104,7 +104,7 @@ def memory_curves(curves: dict[str, list[float]], ylabel: str = "MB"):
 def pr_curves(scores: dict, labels, title: str = "test precision-recall"):
     """Precision-recall curves of ``{name: scores}`` against the same ``labels``, each with its PR-AUC."""
     from . import metrics
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 4))
     for name, model_scores in scores.items():
         precision, recall = metrics.pr_curve(model_scores, labels)
@@ -121,7 +121,7 @@ def forecasts(panels: list[dict], title: str = "test forecasts"):
     """One panel per series: its recent ``history``, the ``truth`` after the forecast
     origin (None past the end of the data), and each model's forecast (``forecasts``: name ->
     values)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.6 * len(panels)), squeeze=False)
     for ax, panel in zip(axes[:, 0], panels):
         ahead = range(len(next(iter(panel["forecasts"].values()))))
@@ -144,7 +144,7 @@ def forecasts(panels: list[dict], title: str = "test forecasts"):
 def hill_climb(steps: list[dict], weights: dict, best_single: float, metric: str, title: str = "hill climbing"):
     """The climb's CV after each step against the best single model's (dashed), and the final
     weights (negative ones in red)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax_cv, ax_w) = plt.subplots(1, 2, figsize=(11, 3.8))
     ax_cv.plot(range(len(steps)), [s["score"] for s in steps], marker="o", label="hill climb")
     for k, s in enumerate(steps):
@@ -164,7 +164,7 @@ def hill_climb(steps: list[dict], weights: dict, best_single: float, metric: str
 
 def importance(shares: dict, top: int = 20):
     """Feature importance (share of the gain) of each model, its ``top`` features, side by side."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(shares), figsize=(4.2 * len(shares), 0.3 * top + 1.5), squeeze=False)
     for ax, (model, values) in zip(axes[0], shares.items()):
         names = list(values)[:top][::-1]

@@ -28,7 +28,7 @@ class Holdout:
 
 
 def _positions(rows) -> np.ndarray:
-    rows = _array(rows)
+    rows = as_array(rows)
     return np.flatnonzero(rows) if rows.dtype == bool else rows.astype(np.int64)
 
 
@@ -57,7 +57,7 @@ class Grouped:
             yield np.flatnonzero(np.isin(which, train)), np.flatnonzero(np.isin(which, val))
 
 
-def _array(values):
+def as_array(values):
     if values is None:
         return None
     if hasattr(values, "detach"):

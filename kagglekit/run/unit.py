@@ -14,16 +14,17 @@ everything it leaves::
 Not finished is one exception, ``Unfinished``: a fit given a unit's checkpoints raises it when
 the session's deadline cuts it short (after saving), ``launch`` carries it back from a rank by
 type, ``cached`` stores nothing, and the next version resumes the fit from its checkpoint.
-``fits(seconds)`` says whether one more unit fits the session's time left.
+``fits(seconds)`` says whether one more unit fits the session's time left. A unit found done
+carries its finished checkpoints into this output (``cached`` does it): the version after
+next, and Kaggle's scoring rerun, still find the weights it predicts with.
 
 Its identity is what its code reads (``state.reads``): every notebook parameter the functions
 ``code`` names reach, directly or through the notebook's values, is in its key; so are the values
-handed to it (``config=``: a dict of what is not a parameter, such as the searched values). A
-parameter leaves the identity only by name, with the reason (``leave_out={"model_dir": "..."}``).
-A unit without ``code`` depends on every parameter. The function a unit finally runs is checked
-against its identity (``cached``): one that reads a parameter the key lacks is refused by name. A unit found done
-carries its finished checkpoints into this output (``cached`` does it): the version after
-next, and Kaggle's scoring rerun, still find the weights it predicts with.
+handed to it (``config=``: a dict of what is not a parameter, such as the searched values; and the
+plain values its functions close over). A parameter leaves the identity only by name, with the
+reason (``leave_out={"model_dir": "..."}``). A unit without ``code`` depends on every parameter.
+The function a unit finally runs is checked against its identity (``cached``): one that reads a
+parameter the key lacks is refused by name. Its identity is in metrics.json (``units``).
 
 Run control (``# [run]`` parameters) is not the identity: a finished training asked for more
 ``epochs`` has the same key, so its fit trains on from its checkpoint, and its cached result,
@@ -215,7 +216,7 @@ def _handed(roots: list) -> dict:
     over by its search's objective): in its key, where a parameter they came from is not found."""
     found = {}
     for root in roots:
-        function = root.func if isinstance(root, functools.partial) else keys._code_of(root)
+        function = root.func if isinstance(root, functools.partial) else keys.code_of(root)
         if isinstance(root, functools.partial):
             found[f"{getattr(function, '__qualname__', '?')}(partial)"] = [list(root.args), root.keywords]
         if not inspect.isfunction(function):
@@ -244,7 +245,7 @@ def _plain(value) -> bool:
 def _qualnames(code) -> list[str]:
     """What ``code`` names, as a person finds it in the notebook (``search.<locals>.objective``)."""
     roots = code if isinstance(code, (list, tuple)) else [] if code is None else [code]
-    return [getattr(keys._code_of(r) or r, "__qualname__", str(r)) for r in roots]
+    return [getattr(keys.code_of(r) or r, "__qualname__", str(r)) for r in roots]
 
 
 def _reads(run, code) -> dict:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import workpool
-from .folds import CVResult, Predictions, _as_arrays, _as_tensors, _checked
+from .folds import CVResult, Predictions, as_arrays, as_tensors, checked
 
 
 @dataclass
@@ -46,11 +46,11 @@ class _Job:
     def __call__(self, threads: int) -> dict:
         started = time.monotonic()
         data = {**self.fold_data(self.fold), "unit": self.unit}
-        result = _checked(self.model.train(data, threads), self.fold)
+        result = checked(self.model.train(data, threads), self.fold)
         record = _plain({**result.record, "seconds": round(time.monotonic() - started, 3)})
         oof = {self.name: result.oof}
         test = {self.name: result.test} if len(result.test) else {}
-        return _as_tensors(Predictions(oof, test, record))
+        return as_tensors(Predictions(oof, test, record))
 
 
 def _plain(record: dict) -> dict:
@@ -76,7 +76,7 @@ def cross_validate(cv, models: dict, fold_data: Callable, *, target, metric, tes
         parts = {name: done.get(f"{name}-fold{fold.index}") for name in models}
         if any(part is None for part in parts.values()):
             continue
-        parts = {name: _as_arrays(part) for name, part in parts.items()}
+        parts = {name: as_arrays(part) for name, part in parts.items()}
         results[fold.index] = {"oof": {n: p["oof"][n] for n, p in parts.items()},
                                "test": {n: p["test"][n] for n, p in parts.items() if n in p["test"]},
                                "record": {n: p["record"] for n, p in parts.items()}}

@@ -60,8 +60,8 @@ def _plots(study, output_dir: Path, prefix: str) -> list[str]:
     from optuna.visualization import matplotlib as ovm
 
     from ..run.context import save_figure
-    from ..run.plots import _pyplot
-    plt = _pyplot()
+    from ..run.plots import pyplot
+    plt = pyplot()
     made = []
     for name, plot in (("history", ovm.plot_optimization_history),
                        ("importances", ovm.plot_param_importances),

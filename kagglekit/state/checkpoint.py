@@ -28,7 +28,7 @@ import torch
 from ..machine import env
 from ..parallel import ranks
 from . import atomic, space
-from .found import Found, _scan, _versions  # noqa: F401 (kk.checkpoint.Found)
+from .found import Found, scan, versions  # noqa: F401 (kk.checkpoint.Found)
 from .identity import DEFAULT_RUN_CONTROL, Identity
 from .keys import fingerprint
 from .snapshot import load_model_state, restore, snapshot, unwrap  # noqa: F401 (kk.checkpoint.snapshot)
@@ -139,11 +139,11 @@ class CheckpointManager:
             return []
         found = []
         for root in [self.root, *self.search_roots]:
-            found += _scan(root)  # a flat folder from an older layout
+            found += scan(root)  # a flat folder from an older layout
             if root.is_dir():
                 for sub in root.iterdir():
                     if sub.is_dir() and sub.name != self.identity.key:
-                        found += _scan(sub)
+                        found += scan(sub)
         return sorted(found, key=lambda f: -float(f.meta.get("time", 0)))
 
     # ---- writing -------------------------------------------------------
@@ -169,7 +169,7 @@ class CheckpointManager:
             space.raise_if_full(err, self.directory, space.state_bytes(state))
             raise
         meta = {"step": step, "epoch": epoch, "final": final, "metrics": metrics or {},
-                "config": config or {}, "versions": _versions(), "time": time.time(),
+                "config": config or {}, "versions": versions(), "time": time.time(),
                 "sha256": atomic.sha256_file(payload), "file": payload.name}
         if self.identity is not None:
             meta["identity"] = self.identity.as_dict()
@@ -187,7 +187,7 @@ class CheckpointManager:
         return best
 
     def _prune(self) -> None:
-        found = sorted(_scan(self.directory), key=lambda f: f.step)
+        found = sorted(scan(self.directory), key=lambda f: f.step)
         keep = {f.path for f in found[-self.keep_last:]}
         best = self._best(found)
         if best is not None:
@@ -203,7 +203,7 @@ class CheckpointManager:
     def clear(self) -> None:
         """Delete this run's checkpoints in the working dir (inputs are read-only);
         once bound, only this identity's folder: other runs' checkpoints stay."""
-        for f in _scan(self.directory):
+        for f in scan(self.directory):
             f.sidecar.unlink(missing_ok=True)
             f.path.unlink(missing_ok=True)
 
@@ -211,9 +211,9 @@ class CheckpointManager:
     def candidates(self) -> list[Found]:
         """Every checkpoint found, newest first; the working dir wins ties, then the later save
         (a rank's own save of a step rank 0 saved too carries what the restart needs)."""
-        found = _scan(self.directory)
+        found = scan(self.directory)
         for folder in self.search:
-            found += _scan(folder)
+            found += scan(folder)
         order = {p: i for i, p in enumerate([self.directory, *self.search])}
         return sorted(found, key=lambda f: (-f.step, order.get(f.path.parent, 99),
                                             -float(f.meta.get("time", 0))))
@@ -233,7 +233,7 @@ class CheckpointManager:
         found = self.finished()
         if found is None or found.path.parent == self.directory or not _writer():
             return False
-        if any(f.meta.get("final") for f in _scan(self.directory)):
+        if any(f.meta.get("final") for f in scan(self.directory)):
             return False
         _copy(found, self.directory)
         return True

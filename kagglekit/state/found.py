@@ -31,12 +31,12 @@ class Found:
         return self.path.with_suffix(".json")
 
 
-def _versions() -> dict:
+def versions() -> dict:
     from ..machine.version import __version__
     return {"torch": torch.__version__, "kagglekit": __version__, "python": platform.python_version()}
 
 
-def _scan(folder: Path) -> list[Found]:
+def scan(folder: Path) -> list[Found]:
     found = []
     if not folder.is_dir():
         return found

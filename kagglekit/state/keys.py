@@ -132,7 +132,7 @@ def code_version(code) -> str:
         text = code
     else:
         roots = list(code) if isinstance(code, (list, tuple)) else [code]
-        text = "\n".join(c if isinstance(c, str) else _source(c) for c in reached(roots))
+        text = "\n".join(c if isinstance(c, str) else source_of(c) for c in reached(roots))
     return f"kagglekit {__version__}\n{text}"
 
 
@@ -141,7 +141,7 @@ def reached(roots: list) -> list:
     to, directly or through one another, each once, in the order found: the global names of
     their code (methods, lambdas and comprehensions inside included), their closures and their
     defaults. Library code is not followed: its version is pinned, the kit's is in the key."""
-    found, queue = {}, [_code_of(r) or r for r in roots]
+    found, queue = {}, [code_of(r) or r for r in roots]
     while queue:
         obj = queue.pop(0)
         if id(obj) not in found:
@@ -150,11 +150,11 @@ def reached(roots: list) -> list:
     return list(found.values())
 
 
-def _code_of(value):
+def code_of(value):
     """The function or class behind ``value`` (a decorated function's own: ``torch.no_grad``,
     ``functools.cache``; a ``functools.partial``'s), else None."""
     if isinstance(value, functools.partial):
-        return _code_of(value.func)
+        return code_of(value.func)
     wrapped = getattr(value, "__wrapped__", None)
     if inspect.isfunction(wrapped) or inspect.isfunction(value):
         return inspect.unwrap(value)
@@ -164,16 +164,16 @@ def _code_of(value):
 def _refers_to(obj) -> list:
     if inspect.isclass(obj):
         members = [getattr(m, "__func__", getattr(m, "fget", m)) for m in vars(obj).values()]
-        return [r for f in map(_code_of, members) if inspect.isfunction(f) for r in _refers_to(f)]
+        return [r for f in map(code_of, members) if inspect.isfunction(f) for r in _refers_to(f)]
     if not inspect.isfunction(obj):
         return []
     names = _global_names(obj.__code__)
-    values = [obj.__globals__[n] for n in names if n in obj.__globals__] + _closed_over(obj)
+    values = [obj.__globals__[n] for n in names if n in obj.__globals__] + closed_over(obj)
     values += list(obj.__defaults__ or ()) + list((obj.__kwdefaults__ or {}).values())
-    return [code for code in map(_code_of, values) if code is not None]
+    return [code for code in map(code_of, values) if code is not None]
 
 
-def _closed_over(function) -> list:
+def closed_over(function) -> list:
     values = []
     for cell in function.__closure__ or ():
         try:
@@ -190,7 +190,7 @@ def _global_names(code) -> list[str]:
     return list(dict.fromkeys([*code.co_names, *(n for c in nested for n in _global_names(c))]))
 
 
-def _source(obj) -> str:
+def source_of(obj) -> str:
     """``inspect.getsource``; for a class defined in a notebook (whose source inspect
     cannot find) the sources of its methods, which IPython does keep."""
     try:

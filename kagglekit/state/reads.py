@@ -47,7 +47,7 @@ def parameters_read(roots, parameters: Collection[str], opaque: tuple = ()) -> d
     the parameters is read through ``run.config``, and its calls, ``run.log(...)``, change no
     result)."""
     roots = [r for r in (roots if isinstance(roots, (list, tuple)) else [roots]) if r is not None]
-    code = [keys._code_of(r) or r for r in roots]
+    code = [keys.code_of(r) or r for r in roots]
     code = [c for c in code if inspect.isfunction(c) or inspect.isclass(c)]
     if not code:
         return {}
@@ -62,7 +62,7 @@ def made_at(roots) -> dict | None:
     """Where the notebook's top level stands while a unit of ``roots`` is made: the running
     cell (the sha256 of its source, 12 digits) and line; None outside a running notebook. What
     ran before that point is what ``parameters_read`` follows."""
-    code = [keys._code_of(r) or r for r in (roots if isinstance(roots, (list, tuple)) else [roots])]
+    code = [keys.code_of(r) or r for r in (roots if isinstance(roots, (list, tuple)) else [roots])]
     code = [c for c in code if inspect.isfunction(c) or inspect.isclass(c)]
     if not code:
         return None
@@ -94,7 +94,7 @@ class _Walk:
             self.names(_global_loads(code), via)
         self.config(_config_reads_of(obj, self.runs), via)
         for held in _held(obj):
-            own = keys._code_of(held)
+            own = keys.code_of(held)
             if own is not None and own is not obj and getattr(own, "__module__", None) == self.module \
                     and id(own) not in self.walked:
                 self.walked.add(id(own))
@@ -113,7 +113,7 @@ class _Walk:
         if name not in self.namespace:
             return  # a builtin, or a name bound later
         value = self.namespace[name]
-        own = keys._code_of(value)
+        own = keys.code_of(value)
         if own is not None:
             if getattr(own, "__module__", None) == self.module:
                 self.function(own, via)
@@ -255,14 +255,14 @@ def _held(obj) -> list:
     """What a function holds besides its code: its closure's values and its defaults."""
     if not inspect.isfunction(obj):
         return []
-    return keys._closed_over(obj) + list(obj.__defaults__ or ()) + list((obj.__kwdefaults__ or {}).values())
+    return keys.closed_over(obj) + list(obj.__defaults__ or ()) + list((obj.__kwdefaults__ or {}).values())
 
 
 def _code_objects(obj) -> list[types.CodeType]:
     if inspect.isfunction(obj):
         return [obj.__code__]
     members = [getattr(m, "__func__", getattr(m, "fget", m)) for m in vars(obj).values()]
-    return [f.__code__ for f in map(keys._code_of, members) if inspect.isfunction(f)]
+    return [f.__code__ for f in map(keys.code_of, members) if inspect.isfunction(f)]
 
 
 def _global_loads(code: types.CodeType) -> list[str]:
@@ -276,7 +276,7 @@ def _global_loads(code: types.CodeType) -> list[str]:
 
 def _config_reads_of(obj, runs: set[str]) -> set[str]:
     try:
-        source = textwrap.dedent(keys._source(obj))
+        source = textwrap.dedent(keys.source_of(obj))
         return _config_reads(ast.parse(source), runs)
     except (OSError, TypeError, SyntaxError):  # no source: a use of .config means every parameter
         return {EVERY} if any("config" in c.co_names for c in _code_objects(obj)) else set()

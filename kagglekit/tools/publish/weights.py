@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from ...state import atomic, published
-from ...state.checkpoint import Found, _scan, load
+from ...state.checkpoint import Found, load, scan
 from ..runfolders import fetched_versions
 from . import credentials, metadata, wheels
 from .layout import weights_folder, weights_slug
@@ -47,7 +47,7 @@ def source_run(name: str, meta: dict, runs: Path = Path("runs")) -> Path:
 
 
 def _final(folder: Path) -> Found | None:
-    finals = [f for f in _scan(folder) if f.meta.get("final")]
+    finals = [f for f in scan(folder) if f.meta.get("final")]
     return max(finals, key=lambda f: f.step) if finals else None
 
 
