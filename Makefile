@@ -13,7 +13,7 @@ SANDBOX_PACKAGES := .sandbox/venv/.packages-sha256
 NB ?=
 P ?=
 PYTEST_ARGS ?=
-TEST_JOBS ?= 2
+TEST_JOBS ?= 3
 
 .PHONY: help setup lab run runs view test sandbox gpu-bundle gpu-check soak bench lint clean build push status logs output pull quota compare submit score data upload-data drift results publish
 
@@ -78,12 +78,13 @@ $(SANDBOX_PACKAGES): sandbox/kaggle-image.txt
 $(SANDBOX_STAMP): $(SANDBOX_PACKAGES) $(STAMP)
 	$(PY) -c "from kagglekit.tools.kernelenv import kernel_python; kernel_python()"
 
-## test: the whole suite on CPU, the sandbox's notebooks included, T4 x2 emulated (GPU tests are skipped without a GPU; TEST_JOBS=2 workers)
-# Two xdist workers, the longest tests first (tests/conftest.py); --maxschedchunk 1 hands
-# each worker its next test only when it needs one, so neither idles at the end. One
-# thread per process: with two workers on two cores, OpenMP threads spin-waiting for a
-# busy core doubled the suite's CPU time (22m52s against 11m39s serial, measured; passive
-# waits with two threads were no faster than one thread).
+## test: the whole suite on CPU, the sandbox's notebooks included, T4 x2 emulated (GPU tests are skipped without a GPU; TEST_JOBS=3 workers)
+# Three xdist workers on two cores, the longest tests first (tests/conftest.py); --maxschedchunk 1
+# hands each worker its next test only when it needs one, so none idles at the end. The suite
+# waits on kernels and subprocesses: two workers kept the cores busy 1.3 of 2 (a fresh clone,
+# 2026-11-28: 18m00s of tests), a third fills the waits (16m18s, the same clone). One thread
+# per process: OpenMP threads spin-waiting for a busy core doubled the suite's CPU time
+# (22m52s against 11m39s serial, measured; passive waits with two threads were no faster).
 test:
 	@$(MAKE) --no-print-directory -j2 $(STAMP) $(SANDBOX_PACKAGES)
 	@$(MAKE) --no-print-directory $(SANDBOX_STAMP)
