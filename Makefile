@@ -181,9 +181,10 @@ bench: $(STAMP)
 	$(PY) benchmarks/text_split.py
 	$(PY) benchmarks/gpu_figures.py
 
-## lint: ruff (pyproject.toml's rules) over the kit, tests, benchmarks and notebooks; notebooks committed clean
+## lint: ruff (pyproject.toml's rules) over the kit, tests, benchmarks and notebooks; mypy over the kit; notebooks committed clean
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q tests/test_notebooks.py -k clean
 
 ## clean: remove .venv, build/, dist/ and the local runs; keeps runs/kaggle/ (the Kaggle outputs make output downloaded)

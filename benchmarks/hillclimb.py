@@ -16,7 +16,7 @@ import time
 import numpy as np
 import torch
 
-from kagglekit.run import hillclimb, scoring
+from kagglekit.score import hillclimb, scoring
 
 
 def oofs(models: int, rows: int, task: str, seed: int = 0):

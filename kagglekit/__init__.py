@@ -15,7 +15,7 @@ _PARTS = {
     "machine": ["version", "env", "gpus", "driver", "emulate", "ascard", "precision", "int8", "cpuhalf", "budget",
                 "inputs",
                 "display", "signals", "packages"],
-    "parallel": ["ranks", "forkserver", "heartbeat", "forked", "launcher", "ranklog", "loaders", "batches"],
+    "parallel": ["ranks", "forkserver", "heartbeat", "forked", "launcher", "ranklog", "loaders", "batches", "workers"],
     "state": ["atomic", "rng", "space", "keys", "reads", "identity", "cache", "snapshot", "found", "checkpoint",
               "published"],
     "readers": ["tiff", "volumecache", "volumes", "csvfile", "graphsets", "timeseries", "windows", "tables",
@@ -23,12 +23,13 @@ _PARTS = {
     "loop": ["train", "epochs", "step", "halving", "fitoptions", "fitstate", "durable", "resuming", "restarts",
              "fallback", "accel", "cudagraph", "guards", "progress", "monitor", "memory", "schedule", "probe",
              "scalerhealth", "batchsize"],
-    "run": ["context", "unit", "params", "contract", "paths", "splitters", "plots", "metrics", "surfacescore",
-            "evaluate", "submission", "foldresults", "folds", "oofio", "blend", "serving", "scoring", "workpool", "zoo",
-            "hillclimb", "stacking", "oofsources", "choice", "rerunplan"],
+    "score": ["metrics", "evaluate", "scoring", "hillclimb", "stacking", "choice"],
+    "submit": ["submission", "serving", "rerunplan", "blend", "oofsources"],
+    "run": ["context", "report", "scratch", "unit", "params", "contract", "paths", "splitters", "plots",
+            "foldresults", "oofio", "turns", "folds", "workpool", "zoo"],
     "search": ["tune", "sizing", "studyreport", "studystore", "boosting"],
     "tasks": ["segment3d", "postprocess3d", "augment3d", "models", "cycles", "text", "prompts", "answerhead",
-              "figures", "gbdt"],
+              "figures", "gbdt", "surfacescore"],
 }
 _SUBMODULES = {name: f"{part}.{name}" for part, names in _PARTS.items() for name in names}
 _EXPORTS = {

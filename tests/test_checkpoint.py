@@ -125,7 +125,7 @@ def test_a_resume_on_a_gpu_loads_the_checkpoint_onto_the_cpu_first(tmp_path):
     manager = CheckpointManager(tmp_path, search=[])
     manager.save(snapshot(model, opt), step=1)
     keeper = Durable(parts, manager)
-    found, state = keeper.agreed_latest()
+    found, state = keeper.resumer.agreed_latest()
     tensors = [state["model"]["weight"], state["rng"]["torch"], state["rng"]["numpy"]["keys"]]
     assert found.step == 1 and all(t.device.type == "cpu" for t in tensors)
 

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from kagglekit.run import hillclimb, scoring
-from kagglekit.run.choice import Candidate, choose
+from kagglekit.score import hillclimb, scoring
+from kagglekit.score.choice import Candidate, choose
 
 
 def test_the_best_on_cv_is_chosen_in_the_metric_s_direction_and_a_tie_goes_to_the_first_named():
@@ -44,7 +44,7 @@ def test_a_rerun_plan_over_the_limit_is_refused_by_make_submit_naming_the_unit_p
     submit's check says so by name; on 2,000 rows each the same version is accepted."""
     import json
 
-    from kagglekit.run import rerunplan
+    from kagglekit.submit import rerunplan
     from kagglekit.tools.publish.submit import submission_problem
     folder = tmp_path / "v3"
     folder.mkdir()

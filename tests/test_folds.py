@@ -14,7 +14,7 @@ import pytest
 from sklearn.model_selection import KFold, StratifiedKFold, TimeSeriesSplit
 
 import kagglekit as kk
-from kagglekit.run import folds as folds_mod
+from kagglekit.run import folds as folds_mod, turns
 
 REPO = Path(__file__).resolve().parents[1]
 DECLARED = {"seed": 0, "force_retrain": False, "time_budget_s": 0.0, "precision": "auto", "data_dir": ""}
@@ -121,7 +121,7 @@ class Clock:
 
 def test_a_budget_that_holds_two_folds_trains_two_and_names_the_rest(tmp_path, monkeypatch):
     clock = Clock()
-    monkeypatch.setattr(folds_mod.time, "monotonic", clock)
+    monkeypatch.setattr(turns.time, "monotonic", clock)  # the loop of units in turn times them
     monkeypatch.setattr(kk.budget.time, "time", clock)
     y = np.arange(50.0)
 

@@ -205,7 +205,7 @@ def _check_test_time_training(bench) -> None:
     Two versions: the notebook's own chain (three) ran above."""
     import pandas as pd
 
-    from kagglekit.run import rerunplan
+    from kagglekit.submit import rerunplan
     from kagglekit.tools import sandbox
     from kagglekit.tools.publish.submit import submission_problem
     with _in_repo():

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kagglekit.run.serving import Served
+from kagglekit.submit.serving import Served
 from kagglekit.tools import evalstandin
 
 

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from kagglekit import submission
-from kagglekit.run.submission import Schema, SubmissionError
+from kagglekit.submit.submission import Schema, SubmissionError
 
 
 @pytest.fixture
@@ -94,7 +94,7 @@ def test_a_declared_schema_checks_a_submission_without_a_sample(tmp_path):
 def test_a_classifications_logits_become_its_submission_by_threshold_or_most_likely_class():
     import torch
 
-    from kagglekit.run.submission import from_logits
+    from kagglekit.submit.submission import from_logits
     binary = from_logits([7, 8, 9], torch.tensor([[-1.0], [0.3], [2.0]]), threshold=0.3, id_column="node")
     assert list(binary.columns) == ["node", "predicted", "probability"]
     assert binary["predicted"].tolist() == [0, 1, 1]  # from the threshold on, not from 0.5

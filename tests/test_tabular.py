@@ -11,10 +11,13 @@ import torch
 from sklearn import metrics as sk
 
 import kagglekit as kk
+from kagglekit.parallel import workers
 from kagglekit.readers import competition, playground
 from kagglekit.readers.timeseries import TableError
-from kagglekit.run import hillclimb, oofio, oofsources, scoring, stacking, submission, workpool
-from kagglekit.run.blend import BlendError
+from kagglekit.run import oofio, workpool
+from kagglekit.score import hillclimb, scoring, stacking
+from kagglekit.submit import oofsources, submission
+from kagglekit.submit.blend import BlendError
 
 RNG = np.random.default_rng(0)
 
@@ -251,7 +254,7 @@ def test_the_pool_does_each_unit_once_over_two_processes_and_a_rerun_none(pool_r
     assert {k: float(v["value"]) for k, v in first.items()} == {f"sq{i}": float(i * i) for i in range(6)}
     pids = {v["pid"] for v in first.values()}
     assert len(pids) == 2 and os.getpid() not in pids  # both workers took jobs, none ran here
-    assert {v["threads"] for v in first.values()} == {workpool.threads_each(2)}
+    assert {v["threads"] for v in first.values()} == {workers.threads_each(2)}
     assert {pool_run.chain[f"cache:sq{i}"] for i in range(6)} == {"computed"}
     assert sorted(e["name"] for e in pool_run.cache.events if not e["hit"]) == [f"sq{i}" for i in range(6)]
     again = workpool.share(pool_run, jobs)

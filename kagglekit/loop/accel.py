@@ -55,9 +55,9 @@ class Compiled:
 
 def failure_reason(err: BaseException) -> str:
     """One line: the outer error's type and the root cause's message."""
-    root = err
+    root: BaseException = err
     while getattr(root, "inner_exception", None) or root.__cause__:
-        root = getattr(root, "inner_exception", None) or root.__cause__
+        root = getattr(root, "inner_exception", None) or root.__cause__  # type: ignore[assignment]  # the loop's test
     lines = str(root).strip().splitlines()
     return f"{type(err).__name__}: {type(root).__name__}: {lines[0] if lines else ''}"
 
@@ -80,5 +80,5 @@ def checkpoint_blocks(blocks: torch.nn.ModuleList | list[torch.nn.Module]) -> No
             return _forward(*args, **kwargs)
 
         block.forward = wrapped
-        block._kagglekit_checkpointed = True
+        block._kagglekit_checkpointed = True  # type: ignore[assignment]  # a mark on the module
 

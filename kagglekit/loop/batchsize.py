@@ -24,7 +24,8 @@ def largest_batch(step: Callable[[int], None], *, start: int = 1, limit: int = 4
                   headroom: float = HEADROOM, device=None) -> dict:
     """``{"batch": the per-GPU batch to use, "largest_fit", "first_out_of_memory", "tries",
     "peak_mb"}``; ``step(batch)`` runs one training step at ``batch`` (see the module)."""
-    tries, fits, fails = [], 0, None
+    tries: list[dict] = []
+    fits, fails = 0, None
     size = start
     while size <= limit:  # doubling: the first batch that does not fit
         if _fits(step, size, tries, device):

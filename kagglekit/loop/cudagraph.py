@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from collections.abc import Callable
 
 import torch
 
@@ -90,7 +91,9 @@ class GraphedModel:
         self.module, self.mode, self.warmup, self.inactive = module, mode, warmup, inactive
         self._own_forward = module.__dict__.get("forward")  # e.g. set by checkpoint_blocks
         self._eager = module.forward
-        self.graphed = self.signature = self.failure = None
+        self.graphed: Callable | None = None
+        self.signature: tuple | None = None
+        self.failure: str | None = None
         self.replays = 0
         self.eager_calls: Counter = Counter()  # reason -> training calls run eagerly
         self._pass_calls = 0
@@ -154,7 +157,7 @@ class GraphedModel:
         self._set_forward(self._own_forward)  # capture calls the module: reach the eager forward
         try:
             sample = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
-            make_graphed_callables(self.module, sample, num_warmup_iters=self.warmup)
+            make_graphed_callables(self.module, sample, num_warmup_iters=self.warmup)  # type: ignore[misc]  # None: refused
             self.graphed = self.module.forward  # the replaying forward it installed
             self.signature = _signature(args)
         except Exception as err:  # noqa: BLE001 - not capturable: eager, with the reason
@@ -210,7 +213,7 @@ def for_fit(model: torch.nn.Module, mode: str, device: torch.device) -> GraphedM
     if mode not in MODES:
         raise ValueError(f"cuda_graphs={mode!r} must be one of {MODES}")
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
-    inner = model.module if ddp else model
+    inner: torch.nn.Module = model.module if ddp else model  # type: ignore[assignment]  # DDP's module
     why = None
     if REQUIRE_CUDA and device.type != "cuda":
         why = "CUDA graphs need a CUDA device"

@@ -19,12 +19,12 @@ from __future__ import annotations
 import time
 
 from ..parallel import ranks
+from ..parallel.forked import RestartRequest
 from ..state.checkpoint import CheckpointManager, snapshot
-from . import guards
 from .fallback import Fallback, RolledBack  # noqa: F401 (kk.durable.RolledBack)
 from .fitstate import LoopState, Parts
 from .restarts import OOM_ENV, Restarts  # noqa: F401 (kk.durable.OOM_ENV)
-from .resuming import Resuming
+from .resuming import Resumer
 
 # Before the first save its time is unknown; a stop at the time budget must still leave room for
 # the save it ends with: the whole state fsynced at a slow disk's pace, and never under a floor.
@@ -32,10 +32,10 @@ FIRST_SAVE_FLOOR_S = 0.5
 SLOW_DISK_BYTES_PER_S = 100e6
 
 
-class Durable(Resuming, Restarts, Fallback):
+class Durable:
     """Checkpoints of one training loop: when to save, and saving (rank 0 writes, every rank
-    checks the state is finite). Resuming, the restart after running out of memory and the
-    fall-back from fp16 are its parts (``resuming``, ``restarts``, ``fallback``)."""
+    checks the state is finite). It holds its parts: the resumer (``resuming``), the non-finite
+    loss's fallback (``fallback``) and the restart after running out of memory (``restarts``)."""
 
     def __init__(self, parts: Parts, checkpoints: CheckpointManager | None, *,
                  config: dict | None = None, early_stopping=None, save_frozen: bool = True):
@@ -43,16 +43,52 @@ class Durable(Resuming, Restarts, Fallback):
         self.save_frozen = save_frozen
         self.config = config or {}
         self.early_stopping = early_stopping
-        self.resumed_from = self.last_checkpoint = self.extended = None
+        self.resumer = Resumer(parts, checkpoints, self.config, early_stopping)
+        self.fallback = Fallback(self.resumer, self.snapshot)
+        self.restarts = Restarts(parts, checkpoints, self.config, self.snapshot)
+        self.last_checkpoint: str | None = None
         self.last_save = time.monotonic()
         self.save_s = 0.0  # duration of the last save
-        self._first_save_estimate = None
-        self.guard = guards.NonFiniteGuard()
-        self.initial = None  # the start as bytes, where automatic fp16 may roll back to it
+        self._first_save_estimate: float | None = None
 
     @property
     def state(self) -> LoopState:
         return self.parts.state
+
+    @property
+    def resumed_from(self) -> str | None:
+        return self.resumer.resumed_from
+
+    @property
+    def extended(self) -> str | None:
+        return self.resumer.extended
+
+    def resume(self, loader=None, enabled: bool = True, length=None, start=None) -> bool:
+        """``Resumer.resume``: True when nothing is left to train; the loss watched from there."""
+        try:
+            finished = self.resumer.resume(loader, enabled, length, start)
+            self.last_checkpoint = self.resumer.resumed_from or self.last_checkpoint
+            return finished
+        finally:
+            self.fallback.restart_guard()
+
+    def check_finite(self, agree: bool = False, also: list[bool] | tuple[bool, ...] = ()) -> list[bool]:
+        """Act on a NaN/inf loss seen since the last check (``Fallback.act``). Under DDP
+        (``agree``) the ranks decide together, in the one collective that also agrees on the
+        loop's ``also`` flags, returned agreed."""
+        found = self.fallback.seen()
+        flags = [found is not None, *also]
+        if agree:
+            flags = ranks.agree(flags, self.parts.device)
+        if flags[0]:
+            self.fallback.act(found, self.last_checkpoint)
+        return flags[1:]
+
+    def save_for_restart(self, event: dict, split: int) -> RestartRequest:
+        return self.restarts.save_for_restart(event, split)
+
+    def after_restart(self) -> None:
+        self.restarts.after_restart()
 
     def snapshot(self) -> dict:
         extra = {"loop": self.state.to_dict()}

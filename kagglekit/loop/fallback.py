@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import io
 import sys
+from collections.abc import Callable
 
 import torch
 
-from ..machine import precision as precision_mod
 from ..parallel import ranks
 from . import guards
+from .fitstate import Parts
+from .resuming import Resumer
 
 
 class RolledBack(Exception):
@@ -21,7 +23,22 @@ class RolledBack(Exception):
 
 
 class Fallback:
-    """``Durable``'s part for non-finite losses (it holds ``parts``, ``guard``, ``initial``)."""
+    """Acts on a non-finite loss (``Durable`` holds one): advice, or the fp16 roll-back through
+    the resumer that found the last good state. Whether a rank saw one is agreed by the caller."""
+
+    def __init__(self, resumer: Resumer, snapshot: Callable[[], dict]):
+        self.resumer, self.snapshot = resumer, snapshot
+        self.guard = guards.NonFiniteGuard()
+        self.initial: bytes | None = None  # the start as bytes, where automatic fp16 may roll back to it
+
+    @property
+    def parts(self) -> Parts:
+        return self.resumer.parts
+
+    def restart_guard(self) -> None:
+        """Watch the loss from the step the fit now stands at; keep that state for a roll-back."""
+        self.guard = guards.NonFiniteGuard(self.parts.state.step)
+        self.keep_initial_state()
 
     def keep_initial_state(self) -> None:
         """Under automatic fp16 a non-finite loss rolls back to the last good state;
@@ -31,41 +48,40 @@ class Fallback:
             torch.save(self.snapshot(), buf)
             self.initial = buf.getvalue()
 
-    def check_finite(self, agree: bool = False, also: list[bool] = ()) -> list[bool]:
-        """Act on a NaN/inf loss seen since the last check (one host sync): raise
-        NonFiniteLoss, or under automatic fp16 roll back to fp32 (raises RolledBack). Under
-        DDP (``agree``) the ranks decide together, in the one collective that also agrees on
-        the loop's ``also`` flags, returned agreed."""
-        found = self.guard.found(self.state.summed_loss(), self.state.step)
-        flags = [found is not None, *also]
-        if agree:
-            flags = ranks.agree(flags, self.parts.device)
-        if not flags[0]:
-            return flags[1:]
-        first, step, loss = found or (self.state.step, self.state.step, float("nan"))  # another rank's
+    def seen(self) -> tuple | None:
+        """A NaN/inf loss since the last check, as ``(first step, step, loss)``, else None (one
+        host sync)."""
+        state = self.parts.state
+        return self.guard.found(state.summed_loss(), state.step)
+
+    def act(self, found: tuple | None, last_checkpoint: str | None) -> None:
+        """A non-finite loss, on this rank (``found``) or another (None): raise NonFiniteLoss, or
+        under automatic fp16 roll back to fp32 (raises RolledBack)."""
+        step = self.parts.state.step
+        first, step, loss = found or (step, step, float("nan"))  # another rank's
         chosen = self.parts.amp
         if not (chosen.name == "fp16" and chosen.auto):
-            raise guards.NonFiniteLoss(guards.advice((first, step), loss, chosen.name,
-                                                     self.last_checkpoint))
+            raise guards.NonFiniteLoss(guards.advice((first, step), loss, chosen.name, last_checkpoint))
         self.roll_back_to_fp32(first, step, loss)
 
     def roll_back_to_fp32(self, first: int, step: int, loss: float) -> None:
-        found = self.agreed_latest() if self.checkpoints else None
-        state = found[1] if found else torch.load(io.BytesIO(self.initial), weights_only=True,
-                                                  map_location="cpu")
-        self.fall_back_to_fp32()
-        events = self.state.precision_events
-        self.load(state)
-        good = self.state.step
-        self.state.precision = "fp32"
-        self.state.precision_events = events + [{"steps": [first, step], "loss": loss, "from": "fp16",
-                                                 "to": "fp32", "resumed_at_step": good}]
+        found = self.resumer.agreed_latest() if self.resumer.checkpoints else None
+        if found:
+            state = found[1]
+        else:
+            assert self.initial is not None, "automatic fp16 keeps its start before the first step"
+            state = torch.load(io.BytesIO(self.initial), weights_only=True, map_location="cpu")
+        self.parts.fall_back_to_fp32()
+        events = self.parts.state.precision_events
+        self.resumer.load(state)
+        st = self.parts.state
+        good = st.step
+        st.precision = "fp32"
+        st.precision_events = events + [{"steps": [first, step], "loss": loss, "from": "fp16",
+                                         "to": "fp32", "resumed_at_step": good}]
         self.guard = guards.NonFiniteGuard(good)
         if ranks.is_main():
             print(f"kagglekit: the loss became {loss} between steps {first} and {step} under fp16; "
                   f"continuing in fp32 from the last good state (step {good})", file=sys.stderr,
                   flush=True)
         raise RolledBack
-
-    def fall_back_to_fp32(self) -> None:
-        self.parts.amp = precision_mod.Amp(precision_mod.Precision("fp32", self.parts.device.type))

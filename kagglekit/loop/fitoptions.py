@@ -12,11 +12,36 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import cached_property
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from ..machine.budget import Budget
+from ..machine.precision import Precision
 from ..parallel import ranks
+from ..state.checkpoint import CheckpointManager
+
+
+class RunOfAFit(Protocol):
+    """What ``fit`` reads from a run: ``Run`` (``kk.start``'s) and ``Alone`` implement it, and the
+    type checker holds both to it (``make lint``)."""
+
+    @property
+    def place(self) -> ranks.Place: ...  # this process's rank, world and device
+    @property
+    def precision(self) -> Precision | str: ...  # decided for the card, or a precision's name
+    @property
+    def config(self) -> dict: ...  # the checkpoints' config when they carry none
+    @property
+    def resume(self) -> bool: ...  # False: force_retrain
+    @property
+    def work_cap(self) -> int | None: ...  # the sandbox's cap on steps and batches
+    @property
+    def session(self) -> str: ...  # this kernel run, in the fit's record
+
+    def budget(self) -> Budget: ...  # the session's deadline
+
+    def checkpoints(self, name: str = "model") -> CheckpointManager: ...  # the run's
 
 
 class Stop(str, Enum):
@@ -75,7 +100,7 @@ class Monitor:
 
 @dataclass(frozen=True)
 class Durability:
-    checkpoints: object
+    checkpoints: CheckpointManager | None
     save_every_min: float | None
     resume: bool
     time_budget: Budget
@@ -83,13 +108,10 @@ class Durability:
     save_frozen: bool = True  # False: checkpoints without the frozen parameters
 
     @classmethod
-    def of(cls, checkpoints, save_every_min: float | None, run) -> Durability:
+    def of(cls, checkpoints, save_every_min: float | None, run: RunOfAFit) -> Durability:
         """What the run decides (resume, the deadline) and the checkpoints carry (the config,
         what they hold), for one fit."""
         if isinstance(checkpoints, str):
-            if isinstance(run, Alone):
-                raise ValueError(f"checkpoints={checkpoints!r} names a fit of the run: pass run=run "
-                                 "(kk.start's), or a CheckpointManager")
             checkpoints = run.checkpoints(checkpoints)
         own = getattr(checkpoints, "config", None)
         return cls(checkpoints, save_every_min, run.resume, Budget.resolve(run.budget()),
@@ -123,7 +145,7 @@ class Alone:
     ``fit(..., run=Alone(device="cpu", precision="fp16", resume=False, time_budget=60))``.
     ``run=None`` is ``Alone()``: this process's device, "auto" precision, resume, no deadline
     (Kaggle's session limit on Kaggle)."""
-    device: object = None
+    device: str | torch.device | None = None
     precision: str = "auto"  # decided for the device at each fit (a Run decides it at kk.start)
     resume: bool = True
     time_budget: object = None
@@ -138,6 +160,14 @@ class Alone:
 
     def budget(self) -> Budget:
         return Budget.resolve(self.time_budget)
+
+    def checkpoints(self, name: str = "model") -> CheckpointManager:
+        raise ValueError(f"checkpoints={name!r} names a fit of the run: pass run=run (kk.start's), "
+                         "or a CheckpointManager")
+
+
+if TYPE_CHECKING:  # the type checker holds Alone to what fit reads (Run: run/context.py)
+    _ALONE_IS_A_RUN_OF_A_FIT: type[RunOfAFit] = Alone
 
 
 def capped(watch: Watch, cap: int | None) -> Watch:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..machine import precision as precision_mod
 from . import monitor, scalerhealth
 from .fitoptions import Stop
 
@@ -115,9 +116,13 @@ class Parts:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: object
-    amp: object  # precision.Amp
+    amp: precision_mod.Amp
     device: torch.device
     state: LoopState = field(default_factory=LoopState)
+
+    def fall_back_to_fp32(self) -> None:
+        """Give fp16 up for the rest of the run (its GradScaler with it)."""
+        self.amp = precision_mod.Amp(precision_mod.Precision("fp32", self.device.type))
 
 
 TIMELINE_POINTS = 300  # GPU samples per GPU in summary(): enough to plot, small for JSON

@@ -32,9 +32,9 @@ class GPUSampler:
         self.reason = ""
         self.busy_s = 0.0  # time spent inside NVML calls: the sampler's own cost
         self._stop = threading.Event()
-        self._thread = None
-        self._handles = []
-        self._started = None
+        self._thread: threading.Thread | None = None
+        self._handles: list = []
+        self._started = 0.0
 
     def start(self) -> GPUSampler:
         try:
@@ -49,8 +49,8 @@ class GPUSampler:
             self.reason = "no GPU monitoring: NVML sees no GPU"
             return self
         self._started = time.monotonic()
-        self._thread = threading.Thread(target=self._run, name="kagglekit-gpu-sampler", daemon=True)
-        self._thread.start()
+        thread = self._thread = threading.Thread(target=self._run, name="kagglekit-gpu-sampler", daemon=True)
+        thread.start()
         return self
 
     def _read(self) -> None:
@@ -245,7 +245,7 @@ def diagnose(breakdown: dict, gpu: dict | None = None, oom_count: int = 0) -> di
                "compute_pct": round(100 * (frac.get("compute", 0) + frac.get("optimizer", 0)), 1),
                "step_ms": round(1000 * step, 3)}
     has_gpu = bool(gpu and gpu.get("available"))
-    if has_gpu:
+    if gpu and has_gpu:
         numbers["gpu_util_pct"] = gpu["util_mean"]
         mem = [g["mem_peak_mb"] / g["mem_total_mb"] for g in gpu["gpus"].values()]
         numbers["mem_peak_pct"] = round(100 * max(mem), 1)

@@ -80,7 +80,7 @@ def _measure(parts, loss_fn, loader, clip_grad_norm) -> dict:
     samples = sum(batch_size(b) for b in batches[warmup:])
     kept, training = _snapshot(parts), parts.model.training
     parts.model.train()  # as the fit's steps run (dropout on; its draws are put back with the rest)
-    rates = {}
+    rates: dict[str, float | None] = {}
     try:
         for name in (mixed, "fp32"):
             amp = precision_mod.Amp(precision_mod.Precision(name, device.type))
@@ -106,7 +106,7 @@ def _decide(mixed: str, rates: dict) -> dict:
                 "card's precision kept"}
     if slow is None and fast is not None:
         return {**record, "chosen": mixed, "why": "fp32 ran out of memory"}
-    if fast is not None and fast >= (1 + MARGIN) * slow:
+    if fast is not None and slow is not None and fast >= (1 + MARGIN) * slow:
         return {**record, "chosen": mixed, "why": f"{mixed} x{fast / slow:.2f} the samples/s of fp32"}
     ratio = f"x{fast / slow:.2f}" if fast and slow else "out of memory"
     return {**record, "chosen": "fp32", "why": f"{mixed} {ratio} the samples/s of fp32: not {MARGIN:.0%} faster"}

@@ -8,21 +8,28 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 
 from ..parallel.forked import RestartRequest
+from ..state.checkpoint import CheckpointManager
+from .fitstate import Parts
 
 OOM_ENV = "KAGGLEKIT_OOM"  # a restart's smaller batches: {"split": n, "events": [...]}
 
 
 class Restarts:
-    """``Durable``'s part for restarts (it holds ``state``, ``checkpoints``, ``snapshot``)."""
+    """The restart after running out of memory (``Durable`` holds one)."""
+
+    def __init__(self, parts: Parts, checkpoints: CheckpointManager | None, config: dict,
+                 snapshot: Callable[[], dict]):
+        self.parts, self.checkpoints, self.config, self.snapshot = parts, checkpoints, config, snapshot
 
     def save_for_restart(self, event: dict, split: int) -> RestartRequest:
         """A DDP rank out of memory: record the smaller batches, save the state its step
         started from under the rank's own name (rank 0 may be saving that step right now),
         and return the restart that carries on from there. No collective: the other ranks may
         be stuck in one."""
-        st = self.state
+        st = self.parts.state
         st.split = max(st.split, split)
         st.oom_events.append(event)
         saved = None
@@ -44,6 +51,6 @@ class Restarts:
         plan = os.environ.get(OOM_ENV)
         if not plan:
             return
-        plan, st = json.loads(plan), self.state
+        plan, st = json.loads(plan), self.parts.state
         st.split = max(st.split, int(plan["split"]))
         st.oom_events += [e for e in plan["events"] if e not in st.oom_events]

@@ -10,17 +10,27 @@ from __future__ import annotations
 import warnings
 
 from ..parallel import ranks
-from ..state.checkpoint import restore
-from . import guards
-from .fitstate import LoopState
+from ..state.checkpoint import CheckpointManager, restore
+from .fitstate import LoopState, Parts
 
 
 class UnitModelChanged(ValueError):
     """A unit's checkpoint folder holds a checkpoint of another model."""
 
 
-class Resuming:
-    """``Durable``'s part for resuming (it holds ``parts``, ``checkpoints``, ``config``)."""
+class Resumer:
+    """Finds, agrees on and loads the checkpoint a fit goes on from (``Durable`` holds one); it
+    also reloads the last good state for the fp16 roll-back (``fallback``)."""
+
+    def __init__(self, parts: Parts, checkpoints: CheckpointManager | None, config: dict, early_stopping=None):
+        self.parts, self.checkpoints, self.config = parts, checkpoints, config
+        self.early_stopping = early_stopping
+        self.resumed_from: str | None = None
+        self.extended: str | None = None
+
+    @property
+    def state(self) -> LoopState:
+        return self.parts.state
 
     def resume(self, loader=None, enabled: bool = True, length=None, start=None) -> bool:
         """Restore the newest usable checkpoint of this run's identity; True when nothing is
@@ -30,35 +40,31 @@ class Resuming:
         more trains on (its schedule replayed by ``start``, a ``schedule.Start``); asked for
         fewer, it says so and keeps its weights. Without a length, a final checkpoint ends it.
         """
-        try:
-            if self.checkpoints is None:
-                return False
-            self.checkpoints.bind(self.checkpoints.identity_for(self.config, self.parts.model,
-                                                                loader))
-            if not enabled:  # start over: stale higher steps would win later resumes
-                if ranks.is_main():
-                    self.checkpoints.clear()
-                return False
-            found = self.agreed_latest()
-            if found is None:
-                self.say_why_not_resumed()
-                return False
-            where, state = found
-            self.refuse_another_model(where)
-            self.load(state)
-            self.resumed_from = self.last_checkpoint = str(where.path)
-            self._say(f"resumed from {where.path} (step {self.state.step}, epoch "
-                      f"{self.state.epoch}, batch {self.state.batches_done})")
-            if length is None:
-                return bool(where.meta.get("final"))
-            return self._to_length(bool(where.meta.get("final")), length, start)
-        finally:
-            self.guard = guards.NonFiniteGuard(self.state.step)
-            self.keep_initial_state()
+        if self.checkpoints is None:
+            return False
+        self.checkpoints.bind(self.checkpoints.identity_for(self.config, self.parts.model, loader))
+        if not enabled:  # start over: stale higher steps would win later resumes
+            if ranks.is_main():
+                self.checkpoints.clear()
+            return False
+        found = self.agreed_latest()
+        if found is None:
+            self.say_why_not_resumed()
+            return False
+        where, state = found
+        self.refuse_another_model(where)
+        self.load(state)
+        self.resumed_from = str(where.path)
+        self._say(f"resumed from {where.path} (step {self.state.step}, epoch "
+                  f"{self.state.epoch}, batch {self.state.batches_done})")
+        if length is None:
+            return bool(where.meta.get("final"))
+        return self._to_length(bool(where.meta.get("final")), length, start)
 
     def refuse_another_model(self, found) -> None:
         """A unit's folder is named by its config, data and code, not its model: a checkpoint
         there of another model means the model's class is not among the unit's ``code=``."""
+        assert self.checkpoints is not None and self.checkpoints.identity is not None, "bound in resume"
         identity = self.checkpoints.identity
         conflict = identity.model_conflict(found.meta.get("identity") or {}) if identity.unit else ""
         if conflict:
@@ -72,6 +78,7 @@ class Resuming:
         load what rank 0 picked. Each looking for itself could find another one while the folder
         changes (a save landing between two ranks' reads), and ranks at different steps wait
         for each other's collectives forever."""
+        assert self.checkpoints is not None
         # Loaded onto the CPU: ``load`` moves each tensor where its object lives, and the RNG
         # states must be CPU tensors (a GPU resume crashed in torch.set_rng_state otherwise).
         found = self.checkpoints.load_latest(map_location="cpu") if ranks.is_main() else None
@@ -109,7 +116,7 @@ class Resuming:
         """Put ``state`` (a checkpoint's) into the live objects and the loop."""
         chosen = (state["loop"].get("precision_choice") or {}).get("chosen")
         if "fp32" in (state["loop"].get("precision"), chosen) and self.parts.amp.name != "fp32":
-            self.fall_back_to_fp32()  # an earlier session gave fp16 up, or measured fp32 faster
+            self.parts.fall_back_to_fp32()  # an earlier session gave fp16 up, or measured fp32 faster
         p = self.parts
         restore(state, p.model, p.optimizer, p.scheduler, p.amp.scaler, device=p.device)
         p.state = LoopState.from_dict(state["loop"])
@@ -118,10 +125,12 @@ class Resuming:
 
     def say_why_not_resumed(self) -> None:
         """One warning naming what differs from the newest checkpoint of another run."""
+        assert self.checkpoints is not None
         others = self.checkpoints.others() if ranks.is_main() else []
         if not others:
             return
         other = others[0]
+        assert self.checkpoints.identity is not None, "bound in resume"
         why = self.checkpoints.identity.differences(other.meta.get("identity") or
                                                     {"config": other.meta.get("config", {})})
         warnings.warn(f"not resuming {other.path}: it was trained with "

@@ -64,7 +64,7 @@ def check_room(scheduler, interval: str, length: Length) -> None:
     needed = length.steps if interval == "step" else length.epochs
     for sched in _schedulers(scheduler):
         total = getattr(sched, "total_steps", None)
-        if isinstance(sched, torch.optim.lr_scheduler.OneCycleLR) and total < needed:
+        if isinstance(sched, torch.optim.lr_scheduler.OneCycleLR) and total is not None and total < needed:
             raise ScheduleError(
                 f"OneCycleLR was built for {total} {interval}s but the fit runs {needed}: build it "
                 f"for the run's length (epochs={length.epochs}, steps_per_epoch="

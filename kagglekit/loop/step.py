@@ -73,7 +73,7 @@ def backward(model, batches: list, loss_fn, policy, scaler, *, split: int = 1,
     ``cudagraph.GraphedModel`` on ``model``.
     """
     chunks, weights = _chunks(batches, split)
-    can_skip_sync = _is_ddp(type(model))
+    can_skip_sync = _is_ddp(type(model))  # type: ignore[arg-type]  # a class is hashable
     n, total = len(chunks), None
     for i, (chunk, weight) in enumerate(zip(chunks, weights)):
         if graphs is not None:
@@ -89,6 +89,7 @@ def backward(model, batches: list, loss_fn, policy, scaler, *, split: int = 1,
         # With several chunks the loss is a fresh tensor (scaled above), so a graph
         # replay of the next chunk cannot overwrite what ``total`` holds.
         total = loss.detach() if total is None else total + loss.detach()
+    assert total is not None, "a step has at least one chunk"
     if graphs is not None and n == 1:
         total = total.clone()  # the loss outlives this step; a replay may reuse its buffer
     return total.float()

@@ -40,7 +40,7 @@ def supervised(criterion: Callable) -> LossFn:
 
 
 def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, loss_fn: LossFn,
-        *, run=None, epochs: int = 1, val_loader=None, evaluate: Callable | None = None,
+        *, run: fitoptions.RunOfAFit | None = None, epochs: int = 1, val_loader=None, evaluate: Callable | None = None,
         scheduler=None, scheduler_interval: str = "step", speed: Speed | None = None,
         accumulate: int = 1, clip_grad_norm: float | None = None, checkpoints=None,
         save_every_min: float | None = 20.0, early_stopping: EarlyStopping | None = None,
@@ -104,7 +104,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
                       steps, speed, durability, fitoptions.capped(watch, run.work_cap))
     if device.type == "cuda":  # the allocator's cached blocks back to the card: the next model of
         torch.cuda.empty_cache()  # this process (a notebook training several in turn) starts clean
-    if result.stopped == Stop.TIME_BUDGET and durability.unit:
+    if result.stopped == Stop.TIME_BUDGET and durability.unit and durability.checkpoints is not None:
         raise Unfinished(f"{durability.checkpoints.root.name}: the session's time ran out at step "
                          f"{result.steps}; saved {result.checkpoint}: the next session resumes it")
     if result.stopped == Stop.TIME_BUDGET and partial_unwanted():  # a search trial's fit
@@ -122,7 +122,7 @@ class Steps:
     clip_grad_norm: float | None
 
 
-def _precision(speed, run, device: torch.device):
+def _precision(speed, run: fitoptions.RunOfAFit, device: torch.device):
     """The run's precision, decided once at ``kk.start`` for this card; another only when
     asked for (``Speed(precision=)``) or when the fit runs on another kind of device."""
     chosen = run.precision
@@ -132,7 +132,7 @@ def _precision(speed, run, device: torch.device):
     return precision_mod.resolve(speed.precision or default, device)
 
 
-def _fit(model, optimizer, train_loader, loss_fn, run, val_loader, evaluate, device, steps,
+def _fit(model, optimizer, train_loader, loss_fn, run: fitoptions.RunOfAFit, val_loader, evaluate, device, steps,
          speed, durability, watch) -> FitResult:
     started = time.monotonic()
     amp = precision_mod.Amp(_precision(speed, run, device))

@@ -63,7 +63,7 @@ def kernel_start_time() -> float:
     simulated Kaggle (``KAGGLEKIT_ROOT``) this process's start: the machine's first process
     may have started hours before, and its 12 hours must not end a simulated session."""
     from .env import where
-    pids = ("self",) if where().simulated else (1, "self")
+    pids: tuple[int | str, ...] = ("self",) if where().simulated else (1, "self")
     starts = [t for t in map(process_start_time, pids) if t]
     return min(starts) if starts else time.time()
 

@@ -83,7 +83,7 @@ def headline(result: str, value: float | None, *, baseline: float | None = None,
             "criterion": criterion, "passed": passed}
 
 
-def summary_markdown(rows: list[dict], notes: list[str] = ()) -> str:
+def summary_markdown(rows: list[dict], notes: list[str] | tuple[str, ...] = ()) -> str:
     """The short Markdown summary: one line per headline with its pass/fail mark, then what the
     run dropped or skipped on the way (its notes)."""
     lines = ["### Results"]

@@ -34,7 +34,7 @@ class Where:
     @property
     def temp(self) -> Path:
         """The large disk that is not saved: /kaggle/temp on Kaggle, else the system's temp folder."""
-        return self.root / "temp" if self.on_kaggle else Path(tempfile.gettempdir())
+        return self.root / "temp" if self.on_kaggle and self.root is not None else Path(tempfile.gettempdir())
 
     @property
     def input_roots(self) -> list[Path]:
@@ -105,7 +105,7 @@ def working_dir(name: str, here: Where | None = None) -> Path:
     here = here or where()
     if os.environ.get("KAGGLEKIT_OUTPUT"):
         path = Path(os.environ["KAGGLEKIT_OUTPUT"])
-    elif here.on_kaggle:
+    elif here.on_kaggle and here.root is not None:
         path = here.root / "working"
     else:
         path = Path(os.environ.get("KAGGLEKIT_RUNS") or "runs") / name

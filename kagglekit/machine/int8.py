@@ -42,7 +42,7 @@ def quantize(model: nn.Module, device: torch.device | str = "cpu", recurrent: bo
                         "on a GPU predict in fp16 or bf16")
     copied = copy.deepcopy(model).cpu().eval()
     if hasattr(copied, "merge_and_unload"):  # peft: the adapters folded into their base weights first
-        copied = copied.merge_and_unload()
+        copied = copied.merge_and_unload()  # type: ignore[operator]  # a peft model's
     copied = _with_plain_linears(copied)
     found = [m for m in copied.modules() if isinstance(m, layers) and not _excluded(m)]
     if not found:

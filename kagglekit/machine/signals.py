@@ -5,6 +5,7 @@ agreeing) and raises ``Interrupted``. A second Ctrl-C stops at once.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -73,3 +74,14 @@ def keyboard_interrupts():
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def alive(pid: int) -> bool:
+    """Does process ``pid`` still run (another user's counts)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

@@ -56,8 +56,8 @@ def split_batch(batch, parts: int) -> list:
         rows = [[col[i] for col in columns] for i in range(parts)]
         return [type(batch)(*row) if hasattr(batch, "_fields") else type(batch)(row) for row in rows]
     if isinstance(batch, dict):
-        columns = {k: split_batch(v, parts) for k, v in batch.items()}
-        return [{k: v[i] for k, v in columns.items()} for i in range(parts)]
+        by_key = {k: split_batch(v, parts) for k, v in batch.items()}
+        return [{k: v[i] for k, v in by_key.items()} for i in range(parts)]
     raise TypeError(f"cannot split a batch of type {type(batch).__name__} for the OOM back-off: "
                     "give it a memory_split(parts) method and a batch_size, or pass "
                     "oom_backoff=False")

@@ -111,18 +111,19 @@ def _child(index: int, env: dict, payload: bytes, walked: bytes, conn, threads: 
     pipe = _Pipe(conn, index)
     beat = heartbeat.Beat(pipe.beat, beat_s, orphaned=_orphaned)
     beat.start()
-    status, out = "ok", None
+    status, out = "ok", None  # out: the packed result, or what went wrong
     try:
         inputs.adopt(forkserver.unpack(walked))
         result = forkserver.unpack(payload)(index)
         out = forkserver.pack(result if index == 0 or every else None, "a result")
     except RestartRequest as request:
-        status, out = "restart", (str(request), request.env)
+        status, out = "restart", (str(request), request.env)  # type: ignore[assignment]
     except Unfinished as stopped:  # not a failure: every rank stopped at the deadline, saved
-        status, out = "unfinished", str(stopped)
+        status, out = "unfinished", str(stopped)  # type: ignore[assignment]
     except BaseException:  # noqa: BLE001 - every failure must reach the parent
-        status, out = "error", traceback.format_exc()
-        sys.stderr.write(out)  # into the rank's log file too
+        status, text = "error", traceback.format_exc()
+        out = text  # type: ignore[assignment]
+        sys.stderr.write(text)  # into the rank's log file too
     beat.stop()
     try:
         pipe.send(status, out)

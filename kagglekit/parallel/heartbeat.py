@@ -40,7 +40,7 @@ def interval(stall_s: float) -> float:
 
 def where(frame, depth: int = 3) -> str:
     """A frame and its callers as "file:line in function", innermost first."""
-    parts = []
+    parts: list[str] = []
     while frame is not None and len(parts) < depth:
         code = frame.f_code
         path = os.path.join(*code.co_filename.split(os.sep)[-2:]) if code.co_filename else "?"
@@ -61,7 +61,7 @@ class Beat(threading.Thread):
 
     def run(self) -> None:
         while not self.done.wait(self.every_s):
-            frame = sys._current_frames().get(self.main)
+            frame = sys._current_frames().get(self.main) if self.main is not None else None
             try:
                 self.send(where(frame), time.process_time())
             except OSError:  # the parent is gone: nobody to report to, nobody to train for

@@ -60,14 +60,14 @@ class LengthGroupedSampler(ResumableSampler):
                  rank: int | None = None):
         super().__init__(dataset, shuffle=True, seed=seed, drop_last=drop_last,
                          num_replicas=num_replicas, rank=rank)
-        if len(lengths) != len(dataset):
-            raise ValueError(f"{len(lengths)} lengths for {len(dataset)} samples: one per sample")
+        if len(lengths) != len(dataset):  # type: ignore[arg-type]  # a map-style dataset
+            raise ValueError(f"{len(lengths)} lengths for {len(dataset)} samples: one per sample")  # type: ignore[arg-type]
         self.lengths, self.batch_size, self.group = list(lengths), batch_size, group
 
     def global_order(self) -> list[int]:
         """Every sample of the epoch, in global batches of similar length."""
         g = torch.Generator().manual_seed(self.seed + self.epoch)
-        order = torch.randperm(len(self.dataset), generator=g).tolist()
+        order = torch.randperm(len(self.dataset), generator=g).tolist()  # type: ignore[arg-type]
         size = self.batch_size * self.num_replicas
         batches = []
         for start in range(0, len(order), size * self.group):
@@ -77,7 +77,7 @@ class LengthGroupedSampler(ResumableSampler):
         tail = [batches.pop()] if len(batches[-1]) < size else []  # last: batches stay aligned
         longest = max(range(len(batches)), key=lambda i: self.lengths[batches[i][0]]) if batches else None
         rest = [batches[i] for i in torch.randperm(len(batches), generator=g).tolist() if i != longest]
-        first = [batches[longest]] if batches else []
+        first = [batches[longest]] if longest is not None else []
         return [i for batch in [*first, *rest, *tail] for i in batch]
 
     def __iter__(self):
@@ -155,8 +155,9 @@ def make_loader(dataset: Dataset, batch_size: int, *, train: bool = True, seed: 
     if num_workers is None:
         num_workers = workers_per_process(processes or world)
     drop_last = train if drop_last is None else drop_last
-    if drop_last and len(dataset) < batch_size * world:
+    if drop_last and len(dataset) < batch_size * world:  # type: ignore[arg-type]  # a map-style dataset
         drop_last = False  # dropping the only (partial) batch would leave nothing to train on
+    sampler: DistributedSampler
     if lengths is not None and train:
         sampler = LengthGroupedSampler(dataset, lengths, batch_size, seed=seed, drop_last=drop_last)
     else:
@@ -166,7 +167,7 @@ def make_loader(dataset: Dataset, batch_size: int, *, train: bool = True, seed: 
     generator = torch.Generator().manual_seed(seed)
     # Workers fork from this process (a rank's own, or the notebook's), so datasets defined in
     # the notebook reach them; they never touch CUDA (Python 3.14's default would pickle them).
-    workers = dict(persistent_workers=True, prefetch_factor=prefetch_factor, timeout=timeout_s,
+    workers: dict = dict(persistent_workers=True, prefetch_factor=prefetch_factor, timeout=timeout_s,
                    multiprocessing_context="fork") if num_workers else {}
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last,
                       num_workers=num_workers, pin_memory=torch.device(device).type == "cuda",
@@ -185,7 +186,7 @@ def start_epoch(loader, epoch: int, batches_done: int = 0) -> int:
     if getattr(loader, "generator", None) is not None:
         loader.generator.manual_seed(_epoch_seed(sampler, epoch))
     if isinstance(sampler, ResumableSampler):
-        sampler.set_position(epoch, batches_done * loader.batch_size)
+        sampler.set_position(epoch, batches_done * (loader.batch_size or 1))
         return 0
     if isinstance(sampler, DistributedSampler):
         sampler.set_epoch(epoch)

@@ -110,7 +110,7 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The bare module under DDP / DataParallel / torch.compile wrappers."""
     while True:
         if hasattr(model, "_orig_mod"):
-            model = model._orig_mod
+            model = model._orig_mod  # type: ignore[assignment]  # torch.compile's wrapped module
         elif isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
             model = model.module
         else:

@@ -18,11 +18,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import csvfile
 from .timeseries import TableError
+
+if TYPE_CHECKING:  # pandas is imported where a table is read (import time)
+    import pandas as pd
 
 FLAG = "is_original"
 
@@ -32,9 +36,9 @@ class Competition:
     folder: Path
     target: str
     id_column: str
-    features: object  # DataFrame: the competition's training rows, then the original's
+    features: pd.DataFrame  # the competition's training rows, then the original's
     y: np.ndarray  # class indices (classification) or values, in the order of ``features``
-    test: object  # DataFrame of the test rows, the same columns
+    test: pd.DataFrame  # the test rows, the same columns
     ids: np.ndarray  # train.csv's ids (the original's rows: original-<k>)
     test_ids: np.ndarray
     classes: list | None  # the class labels in the competition's words, in index order

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -66,10 +66,10 @@ class NeighborSampler:
             rows.append(local[targets])
             cols.append(local[nbrs])
             frontier = fresh
-        n_id = torch.cat(n_id)
+        nodes = torch.cat(n_id)
         edge_index = torch.stack([torch.cat(cols), torch.cat(rows)])  # neighbour -> node
-        return Data(x=self.data.x[n_id], y=self.data.y[n_id], edge_index=edge_index,
-                    n_id=n_id, batch_size=len(seeds), hops=len(self.fanouts))
+        return Data(x=self.data.x[nodes], y=self.data.y[nodes], edge_index=edge_index,
+                    n_id=nodes, batch_size=len(seeds), hops=len(self.fanouts))
 
     __call__ = sample
 
@@ -84,7 +84,7 @@ def seed_loader(data, mask: torch.Tensor, fanouts: list[int], batch_size: int, *
     from ..parallel.loaders import make_loader
     seeds = mask.nonzero().view(-1)
     sampler = NeighborSampler(data, fanouts, seed)
-    return make_loader(seeds, batch_size, train=train, seed=seed, device=device, num_workers=workers,
+    return make_loader(seeds, batch_size,  # type: ignore[arg-type]  # a tensor is indexable train=train, seed=seed, device=device, num_workers=workers,
                        collate_fn=lambda ids: sampler(torch.stack(ids) if isinstance(ids, list)
                                                       else ids), drop_last=False)
 
@@ -98,7 +98,9 @@ class SparseDropout(torch.nn.Module):
 
     def __init__(self, p: float):
         super().__init__()
-        self.p, self._seen, self._index = p, None, None
+        self.p = p
+        self._seen: weakref.ref | None = None
+        self._index: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0:
@@ -154,7 +156,7 @@ class LinkBatch(NamedTuple):
     """An edge mini-batch for link reconstruction: the sampled neighbourhood of the pairs' nodes
     (those nodes first), the positive pairs and as many negative ones, each (2, E) in local ids
     of the neighbourhood."""
-    graph: object
+    graph: Any  # torch_geometric's Data
     positive: torch.Tensor
     negative: torch.Tensor
 
@@ -192,5 +194,5 @@ def link_batches(data, batch_size: int, fanouts: list[int], seed: int, device):
         return LinkBatch(sampler(nodes), inverse[:, : pos.shape[1]], inverse[:, pos.shape[1]:])
 
     edges = torch.arange(data.edge_index.shape[1])
-    return make_loader(edges, min(batch_size, len(edges)), seed=seed, device=device,
+    return make_loader(edges, min(batch_size, len(edges)),  # type: ignore[arg-type]  # a tensor is indexable seed=seed, device=device,
                        num_workers=0, collate_fn=collate)

@@ -103,6 +103,7 @@ def load_elliptic(folder: Path | str, train_until: int = 34, val_steps: int = 5)
     import numpy as np
     import pandas as pd
     from torch_geometric.data import Data
+    folder = Path(folder)
     features = pd.read_csv(_one_file(folder, ELLIPTIC[0]), header=None)
     tx_ids, steps = features[0].to_numpy(), features[1].to_numpy()
     position = pd.Series(np.arange(len(tx_ids)), index=tx_ids)

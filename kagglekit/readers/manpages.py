@@ -74,7 +74,7 @@ def _sample(per_section: int, seed: int, sections, root: Path) -> list[tuple[str
     for section in sections:
         found = pages(section, root)
         rng.shuffle(found)
-        texts = []
+        texts: list[tuple[str, str]] = []  # (page, text)
         for page in found:  # read until the section has its share: section 1 holds thousands
             if len(texts) == per_section:
                 break

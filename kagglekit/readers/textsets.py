@@ -26,9 +26,13 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..state import atomic
 from . import csvfile
+
+if TYPE_CHECKING:  # pandas is imported where a table is read (import time)
+    import pandas as pd
 
 EVENTS = (("storm", "calm"), ("loss", "win"), ("fever", "recovery"), ("drought", "harvest"))
 LABELS = ("ends_badly", "ends_well")
@@ -103,8 +107,8 @@ class TextCompetition:
     """A text competition's files, read: the tables, the id column, the classes (sorted; their
     index is the label the model learns), and whether the sample wants a label or probabilities."""
     folder: Path
-    train: object  # DataFrame
-    test: object
+    train: pd.DataFrame
+    test: pd.DataFrame
     sample: Path
     id_column: str
     target: str

@@ -24,7 +24,7 @@ class TiffVolume:
         with tifffile.TiffFile(self.path) as tif:
             series = tif.series[0]
             self.shape, self.dtype = tuple(series.shape), series.dtype
-            self.compression = tif.pages[0].compression.name
+            self.compression = tif.pages[0].compression.name  # type: ignore[attr-defined]  # a TiffPage's COMPRESSION
         if len(self.shape) != 3:
             raise ValueError(f"{self.path} holds an array of shape {self.shape}, not a 3-D volume")
         self.cache, self.labels_map = cache, labels_map

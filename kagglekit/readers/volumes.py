@@ -174,9 +174,9 @@ def synthetic_chunk(edge: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     (0 / 1, an unlabelled slab of 2 on top)."""
     from .datasets import volumes
     image, label = volumes(1, edge, seed=seed)
-    label = label[0, 0].numpy()
-    label[: edge // 8] = IGNORE
-    return (image[0, 0] * 40 + 100).clamp(0, 255).byte().numpy(), label
+    labels = label[0, 0].numpy()
+    labels[: edge // 8] = IGNORE
+    return (image[0, 0] * 40 + 100).clamp(0, 255).byte().numpy(), labels
 
 
 def write_synthetic(folder: Path | str, train_edges: list, test_edges: list, seed: int = 0,

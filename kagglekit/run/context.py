@@ -14,27 +14,24 @@ run must agree on is decided there, once, and travels in the ``Run`` it returns:
 """
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import json
 import os
-import shutil
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..machine import budget as budget_mod, env, inputs
 from ..parallel import ranklog, ranks
 from ..state.cache import Cache
 from ..state.checkpoint import CheckpointManager
 from ..state.identity import DEFAULT_RUN_CONTROL
-from . import params, paths
+from . import params, paths, scratch
 from .report import Report, save_figure, what_it_did  # noqa: F401 (kk.context.save_figure)
 
 WORK_CAP_ENV = "KAGGLEKIT_WORK_CAP"  # set by `make sandbox`: optimizer steps per fit at most
 RERUN_HOURS = 9.0  # a code competition's usual cap on its scoring rerun (the parameter wins)
-SCRATCH = "kagglekit-scratch-"  # then the notebook process's pid: whose scratch it is
 
 
 class DataDirError(FileNotFoundError):
@@ -42,25 +39,50 @@ class DataDirError(FileNotFoundError):
 
 
 @dataclass
-class Run(Report):
-    name: str
+class Run:
     config: dict
-    output_dir: Path
     env: env.EnvReport
+    report: Report  # metrics.json, plots, notes, the summary: run.log(...), run.summary(...)
     seed: int = 0
     run_control: frozenset = DEFAULT_RUN_CONTROL  # config keys that are not the run's identity
     force_retrain: bool = False  # every fit starts over, every cache entry is recomputed
     deadline: float | None = None  # unix time the session's work must end by (None: never)
     work_cap: int | None = None  # the sandbox's cap: optimizer steps and batches per fit
     rerun: bool = False  # Kaggle's scoring rerun of a code competition (hidden test set)
-    session: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # this kernel run
-    metrics: dict = field(default_factory=dict)
-    started: float = field(default_factory=time.time)
-    previous: dict = field(default_factory=dict, repr=False)  # metrics.json of the last run here
-    chain: dict = field(default_factory=dict)  # what each fit and cache entry did this session
-    pid: int = field(default_factory=os.getpid, repr=False)  # the notebook's process
     place: ranks.Place = field(default_factory=ranks.Place)  # this process's rank and device
     _cache: Cache | None = field(default=None, repr=False)
+
+    # What the report holds, read through the run (a unit records its chain, a fold its metrics).
+    name = property(lambda self: self.report.name)
+    output_dir = property(lambda self: self.report.output_dir)
+    session = property(lambda self: self.report.session)
+    metrics = property(lambda self: self.report.metrics)
+    chain = property(lambda self: self.report.chain)
+    previous = property(lambda self: self.report.previous)
+    pid = property(lambda self: self.report.pid)
+
+    def log(self, **metrics) -> None:
+        """``Report.log``: facts into metrics.json."""
+        self.report.log(**metrics)
+
+    def log_fit(self, label: str, result, step_plot: bool = True, curves: bool | str = True) -> None:
+        """``Report.log_fit``: a fit's summary into metrics.json, and its plots."""
+        self.report.log_fit(label, result, step_plot=step_plot, curves=curves)
+
+    def note(self, *said: str) -> None:
+        """``Report.note``: what the run dropped, skipped or decided on the way."""
+        self.report.note(*said)
+
+    def savefig(self, fig, name: str) -> None:
+        """``Report.savefig``: ``<output>/<name>.png``, shown inline."""
+        self.report.savefig(fig, name)
+
+    def table(self, rows: list[dict], digits: int = 4) -> None:
+        self.report.table(rows, digits)
+
+    def summary(self, headlines: list[dict]) -> None:
+        """``Report.summary``: the closing cell's headline results."""
+        self.report.summary(headlines)
 
     @property
     def precision(self):
@@ -144,26 +166,14 @@ class Run(Report):
         output = self.output_dir / folder
         output.mkdir(parents=True, exist_ok=True)
         self.metrics["chain"] = self.chain  # its units' record is this session's too (one dict)
-        return dataclasses.replace(self, output_dir=output, metrics={}, _cache=None,
-                                   previous=_previous_metrics(output))
+        report = dataclasses.replace(self.report, output_dir=output, metrics={},
+                                     previous=_previous_metrics(output))
+        return dataclasses.replace(self, report=report, _cache=None)
 
     def scratch(self, name: str) -> Path:
-        """A folder for files the run needs but never keeps (a study's savepoints): under
-        /kaggle/temp on Kaggle (larger than the saved output, not saved), else the system's
-        temp folder. It goes when the notebook's process exits. A kernel can die without its
-        exit handlers: papermill's kernel manager SIGTERMs one still alive 2.5 s after the last
-        cell, and ipykernel 7 first waits for its children (multiprocessing's resource tracker
-        ignores SIGTERM). That scratch goes with the next run's, so no run fills a machine that
-        keeps /tmp (a CI runner, a laptop)."""
-        root = self.env.where.temp
-        session = root / f"{SCRATCH}{self.pid}-{self.name}-{self.session}"
-        if not session.exists():
-            _remove_dead_scratch(root)
-            if os.getpid() == self.pid:
-                atexit.register(shutil.rmtree, session, ignore_errors=True)
-        folder = session / name
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
+        """A folder for files the run needs but never keeps (a study's savepoints), gone when the
+        notebook's process exits or, killed first, with the next run's (``scratch``)."""
+        return scratch.folder(self.env.where.temp, self.pid, f"{self.name}-{self.session}", name)
 
     def checkpoints(self, name: str = "model", *, config: dict | None = None, model=None,
                     **kwargs) -> CheckpointManager:
@@ -179,7 +189,7 @@ class Run(Report):
             manager.bind(manager.identity_for(self.config, model))
         return manager
 
-    def data_dir(self, required: list[str] = ()) -> Path | None:
+    def data_dir(self, required: list[str] | tuple[str, ...] = ()) -> Path | None:
         """The ``data_dir`` parameter as a Path (a folder, or the ``owner/slug`` of an
         attached Kaggle source in either input layout), None when empty; missing files raise."""
         value = self.config.get("data_dir") or ""
@@ -253,21 +263,21 @@ def start(namespace: dict, name: str, *, smoke: dict | None = None,
     config = json.loads(json.dumps(config, default=str))
     rerun = env.competition_rerun()
     _ = inputs.index(report.where.input_roots).by_name  # walk the inputs once, before any rank forks
-    run = Run(name=name, config=config, output_dir=output, env=report, seed=seed,
+    written = Report(name=name, config=config, env=report, output_dir=output, previous=_previous_metrics(output))
+    run = Run(config=config, env=report, report=written, seed=seed,
               run_control=run_control, force_retrain=bool(config.get("force_retrain")),
-              deadline=deadline(config, rerun), work_cap=work_cap(), rerun=rerun,
-              previous=_previous_metrics(output), place=ranks.here())
+              deadline=deadline(config, rerun), work_cap=work_cap(), rerun=rerun, place=ranks.here())
     run.data_dir()  # fail now, before any work, if the folder is missing
     if given.source:  # and every other path the run was given (model_dir, original_csv, ...)
         paths.check(given.source, config, report.where.input_roots)
     expected = os.environ.get("KAGGLEKIT_EXPECT_GPUS")  # set by the pushed notebook
     if expected:
         run.metrics["accelerator"] = env.check_accelerator(report.gpus, expected)
-    if rerun:
+    if rerun and run.deadline is not None:
         run.metrics["competition_rerun"] = {"hours": (run.deadline - time.time()) / 3600}
         print(f"kagglekit: Kaggle's scoring rerun: {run.metrics['competition_rerun']['hours']:.2f} h "
               "left under the competition's cap; predicting the hidden test set only")
-    run.save_metrics()
+    run.report.save_metrics()
     return run
 
 
@@ -284,19 +294,6 @@ def _smoke(smoke: dict, given) -> dict:
     return {k: v for k, v in smoke.items() if k not in kept}
 
 
-def _remove_dead_scratch(root: Path) -> None:
-    """The scratch folders under ``root`` whose notebook process no longer runs."""
-    for folder in root.glob(f"{SCRATCH}*"):
-        pid = folder.name[len(SCRATCH):].split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
+if TYPE_CHECKING:  # the type checker holds Run to what fit reads (loop/fitoptions.py)
+    from ..loop.fitoptions import RunOfAFit
+    _RUN_IS_A_RUN_OF_A_FIT: type[RunOfAFit] = Run

@@ -201,7 +201,7 @@ def _commented(source: str) -> dict[str, tuple]:
             [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else []
         for target in (t for t in targets if isinstance(t, ast.Name)):
             try:
-                default = ast.literal_eval(node.value)
+                default = ast.literal_eval(node.value)  # type: ignore[attr-defined]  # an assignment's
             except ValueError:
                 default = ...
             found[target.id] = (default, comments.get(node.lineno, ""))

@@ -27,16 +27,14 @@ predictions, which is what blends across kernels are fitted on. No CV score exis
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..machine.budget import Unfinished
 from ..state import keys
-from . import oofio
+from . import oofio, turns
 from .foldresults import CVResult, Predictions
 from .splitters import Grouped, Holdout, as_array  # noqa: F401 (kk.folds.Holdout, kk.folds.Grouped)
 from .unit import Unit
@@ -50,7 +48,7 @@ class Fold:
     train: np.ndarray
     val: np.ndarray
     name: str
-    unit: object = None
+    unit: Unit = None  # type: ignore[assignment]  # set by CrossValidation as it makes the fold
 
     def masks(self, rows, size: int):
         """Its training and validation rows as two boolean masks over ``size`` items, when the
@@ -75,10 +73,10 @@ def _ranges(indices: list[int]) -> str:
     if not indices:
         return "none"
     parts, start = [], indices[0]
-    for a, b in zip(indices, indices[1:] + [None]):
+    for a, b in zip(indices, [*indices[1:], None]):
         if b != a + 1:
             parts.append(f"{start}" if start == a else f"{start}-{a}")
-            start = b
+            start = b  # type: ignore[assignment]  # None only past the last
     return ", ".join(parts)
 
 
@@ -104,7 +102,8 @@ class CrossValidation:
         split = keys.derive(repr(splitter), n, keys.fingerprint([as_array(y), as_array(groups), list(self.ids)]))
         self.name, self.key = name, split
         self.folder = Path(run.output_dir) / "folds" / f"{name}-{split}"
-        self._written = None  # (target, test ids) of the OOF files once every fold is done
+        # (target, test ids) of the OOF files once every fold is done
+        self._written: tuple[np.ndarray, object] | None = None
         self.folds = self._load_or_split(y, groups)
         content = keys.fingerprint(data) if data is not None else ""  # once for every fold
         for fold in self.folds:
@@ -130,32 +129,15 @@ class CrossValidation:
         return [Fold(k, tr, va, f"{self.name}-fold{k}") for k, (tr, va) in enumerate(pairs)]
 
     def train_folds(self, train_fold: Callable[[Fold], Predictions], *, per_version: int = 0) -> dict:
-        """``train_fold(fold) -> Predictions`` for every fold not done yet, within the budget;
-        ``{fold index: Predictions}`` of the done ones. A fold that raises ``Unfinished`` is
-        left (with every fold after it) for the next version."""
-        results, spent = {}, []
+        """``train_fold(fold) -> Predictions`` for every fold not done yet, in turn within the
+        session's time (``turns.in_turn``); ``{fold index: Predictions}`` of the done ones."""
         for fold in self.folds[:1]:
             fold.unit.check(train_fold)  # it reads no parameter the folds' key lacks
-        for fold in self.folds:
-            done = fold.unit.done
-            if not done and not self._fits(fold.unit, spent, per_version):
-                break
-            started = time.monotonic()
-            try:
-                value = fold.unit.cached(lambda f=fold: as_tensors(checked(train_fold(f), f)))
-            except Unfinished as stopped:
-                print(f"kagglekit folds: {stopped}")
-                break
-            if not done:
-                spent.append(time.monotonic() - started)
-            results[fold.index] = as_arrays(value)
-        return results
-
-    def _fits(self, unit, spent: list, per_version: int) -> bool:
-        """Is there room in this session for one more fold?"""
-        if per_version and len(spent) >= per_version:
-            return False
-        return unit.fits(statistics.median(spent) if spent else self._previous_seconds())
+        jobs = [(fold.unit, fold) for fold in self.folds]
+        train = lambda unit, fold: unit.cached(lambda: as_tensors(checked(train_fold(fold), fold)))  # noqa: E731
+        done = turns.in_turn(jobs, train, who="folds", earlier_s=self._previous_seconds(), per_version=per_version)
+        by_unit = {fold.unit.name: fold.index for fold in self.folds}
+        return {by_unit[unit.name]: as_predictions(value) for unit, value in done}
 
     def _previous_seconds(self) -> float | None:
         """How long a fold took when an earlier session trained it (the cache keeps it)."""
@@ -196,9 +178,9 @@ class CrossValidation:
         self.context.log(**{f"cv_{self.name}": {"folds": count, "done": done, "pending": [],
                                              "scores": scores, "higher_is_better": higher_is_better}})
         print(f"kagglekit folds: {self.name}: {message}")
-        records = {k: r["record"] for k, r in results.items() if "record" in r}
+        records = {k: r.record for k, r in results.items()}
         return CVResult(True, done, [], message, oof, test, scores, records,
-                        {k: r.get("test", {}) for k, r in results.items()}, higher_is_better)
+                        {k: r.test for k, r in results.items()}, higher_is_better)
 
     def add(self, result: CVResult, model: str, oof, test=None) -> None:
         """A prediction made from the folds' own (an ensemble whose weights were fitted on the
@@ -209,6 +191,7 @@ class CrossValidation:
         result.oof[model] = np.asarray(oof, dtype=np.float64)
         if test is not None:
             result.test[model] = np.asarray(test, dtype=np.float64)
+        assert self._written is not None, "a complete CV's OOF files are written"
         target, test_ids = self._written
         self._write(result.oof, result.test, {}, target, test_ids)
 
@@ -217,12 +200,13 @@ class CrossValidation:
         (``blend.nnls_weights``) on the rows the folds validated against the target ``run`` was
         given; the weighted OOF and test predictions added as ``name`` (``add``). {model: weight},
         also printed."""
-        from .blend import nnls_weights
+        from ..submit.blend import nnls_weights
         if not result.complete:
             raise ValueError("ensemble() needs every fold done: its weights are fitted on every fold's rows")
         models = [m for m in result.oof if m != name]
         flat = {m: result.oof[m].reshape(self.n, -1) for m in models}
         seen = ~np.isnan(np.stack(list(flat.values()))).any(axis=(0, 2))
+        assert self._written is not None, "a complete CV's OOF files are written"
         target = self._written[0].reshape(self.n, -1)[seen]
         weights = nnls_weights(np.stack([flat[m][seen].reshape(-1) for m in models], 1), target.reshape(-1))
         mix = lambda preds: sum(w * preds[m] for w, m in zip(weights, models))  # noqa: E731
@@ -232,15 +216,15 @@ class CrossValidation:
         return dict(zip(models, weights.tolist()))
 
     def _assemble(self, results: dict) -> tuple[dict, dict]:
-        models = list(results[self.folds[0].index]["oof"])
+        models = list(results[self.folds[0].index].oof)
         oof, test = {}, {}
         for model in models:
-            first = np.asarray(results[0]["oof"][model])
+            first = np.asarray(results[self.folds[0].index].oof[model])
             out = np.full((self.n, *first.shape[1:]), np.nan, dtype=np.float64)
             for fold in self.folds:
-                out[fold.val] = results[fold.index]["oof"][model]
+                out[fold.val] = results[fold.index].oof[model]
             oof[model] = out
-            parts = [results[f.index]["test"][model] for f in self.folds if model in results[f.index].get("test", {})]
+            parts = [results[f.index].test[model] for f in self.folds if model in results[f.index].test]
             if parts:
                 test[model] = np.mean(np.stack(parts), axis=0)
         return oof, test
@@ -276,6 +260,7 @@ def as_tensors(result: Predictions) -> dict:
     return {"oof": tensors(result.oof), "test": tensors(result.test), "record": result.record}
 
 
-def as_arrays(result: dict) -> dict:
-    return {part: models if part == "record" else {m: np.asarray(v) for m, v in models.items()}
-            for part, models in result.items()}
+def as_predictions(stored) -> Predictions:
+    """A fold's cached predictions (``as_tensors``'s form) back as ``Predictions`` of arrays."""
+    arrays = lambda models: {m: np.asarray(v) for m, v in models.items()}  # noqa: E731
+    return Predictions(arrays(stored["oof"]), arrays(stored.get("test", {})), stored.get("record", {}))

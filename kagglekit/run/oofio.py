@@ -29,7 +29,7 @@ def write(out: Path, folder: Path, ids: np.ndarray, fold_of: np.ndarray, oof: di
     with atomic.atomic_path(out / "test.parquet") as tmp:
         long_frame(names, test, None).to_parquet(tmp, index=False)
     for k, result in results.items():
-        for model, values in result.get("test", {}).items():
+        for model, values in result.test.items():
             with atomic.atomic_path(folder / f"test_fold{k}_{model}.npy") as tmp:
                 with open(tmp, "wb") as f:
                     np.save(f, np.asarray(values))

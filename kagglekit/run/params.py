@@ -32,7 +32,7 @@ def assignments(source: str) -> dict:
         for target in targets:
             if isinstance(target, ast.Name):
                 try:
-                    found[target.id] = ast.literal_eval(value)
+                    found[target.id] = ast.literal_eval(value)  # type: ignore[arg-type]  # set with targets
                 except ValueError:
                     found[target.id] = ...
     return found

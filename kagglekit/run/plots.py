@@ -103,7 +103,7 @@ def memory_curves(curves: dict[str, list[float]], ylabel: str = "MB"):
 
 def pr_curves(scores: dict, labels, title: str = "test precision-recall"):
     """Precision-recall curves of ``{name: scores}`` against the same ``labels``, each with its PR-AUC."""
-    from . import metrics
+    from ..score import metrics
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 4))
     for name, model_scores in scores.items():

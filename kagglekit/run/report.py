@@ -1,21 +1,35 @@
 """What a run leaves for a person: metrics.json, plots inline and on disk, tables, the summary.
 
-``Run`` (``context``) inherits these; they write only from the notebook's own process (a
-launched rank returns what it measured, and the notebook logs it), so metrics.json has one
-writer and nothing a rank wrote is lost under the parent's next write.
+``Run`` (``context``) holds one and hands its methods on (``run.log``, ``run.summary``, ...).
+They write only from the notebook's own process (a launched rank returns what it measured, and
+the notebook logs it), so metrics.json has one writer and nothing a rank wrote is lost under the
+parent's next write.
 """
 from __future__ import annotations
 
 import os
 import time
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..machine import display, packages
+from ..machine import display, env as env_mod, packages
 from ..state import atomic
 
 
+@dataclass
 class Report:
-    """metrics.json and the plots of one run, in ``output_dir`` (mixed into ``Run``)."""
+    """metrics.json and the plots of one run, in ``output_dir`` (``Run.report``)."""
+    name: str  # the notebook's
+    config: dict
+    env: env_mod.EnvReport
+    output_dir: Path
+    session: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # this kernel run
+    metrics: dict = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+    previous: dict = field(default_factory=dict, repr=False)  # metrics.json of the last run here
+    chain: dict = field(default_factory=dict)  # what each fit and cache entry did this session
+    pid: int = field(default_factory=os.getpid, repr=False)  # the notebook's process
 
     def log(self, **metrics) -> None:
         """Add facts to metrics.json (written at once, atomically)."""

@@ -37,6 +37,7 @@ import inspect
 import json
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..machine.budget import Unfinished
 from ..state import keys
@@ -44,12 +45,15 @@ from ..state.checkpoint import CheckpointManager
 from ..state.identity import Identity
 from ..state.reads import made_at, parameters_read
 
+if TYPE_CHECKING:  # the run a unit belongs to (context imports this module)
+    from .context import Run
+
 ESTIMATE_MARGIN = 1.2  # a unit is started only when the time left holds 1.2 of its estimate
 
 
 @dataclass(frozen=True)
 class Unit:
-    run: object  # the run context (kk.start's)
+    run: Run  # the run context (kk.start's)
     name: str
     config: dict  # as given, run control included (kept in sidecars and the cache's meta)
     fingerprint: str  # the data's ("" without data)

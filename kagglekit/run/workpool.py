@@ -19,31 +19,18 @@ raises ``Unfinished`` is left for the next version. Then the parent reads every 
 from __future__ import annotations
 
 import os
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..machine import env, gpus
-from ..machine.budget import Unfinished
+from ..machine import gpus
 from ..parallel.forked import in_worker, run_forked
+from ..parallel.workers import pin_gpu, processes, threads_each
+from . import turns
+from .unit import Unit
 
 
-def processes() -> int:
-    """Worker processes: one per GPU; without one, this process with every core (measured on two
-    cores, benchmarks/tabular_lightgbm.py: five LightGBM folds shared over two processes of one
-    thread took 1.24 times as long as in place with two threads, at the same score)."""
-    return len(gpus.inventory()) or 1
-
-
-def threads_each(workers: int) -> int:
-    """Each worker's share of the cores this process may really use (``OMP_NUM_THREADS``, when
-    set, caps them), at least one."""
-    return max(1, env.thread_cap(env.real_cpus()) // max(1, workers))
-
-
-def share(run, jobs: list[tuple[object, Callable[[int], object]]], *, workers: int | None = None) -> dict:
+def share(run, jobs: Sequence[tuple[Unit, Callable[[int], object]]], *, workers: int | None = None) -> dict:
     """Every job's result, ``{unit.name: value}``, for the units done (here or before)."""
     names = [unit.name for unit, _ in jobs]
     if len(set(names)) < len(names):
@@ -62,12 +49,6 @@ def share(run, jobs: list[tuple[object, Callable[[int], object]]], *, workers: i
     return _collect(run, jobs, {e["name"] for e in computed})
 
 
-def pin_gpu(index: int) -> None:
-    """Show a fresh worker process GPU ``index`` alone (as its cuda:0), before anything in it
-    touches CUDA."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(index)
-
-
 class _Body:
     """One worker's loop (a class, so that it travels to the worker by value)."""
 
@@ -82,25 +63,13 @@ class _Body:
 
 def _work(run, pending, threads: int, claims: str | None, index: int) -> list:
     """The jobs this worker claims, done in order; the cache's record of each it computed."""
-    spent, events = [], []
-    for unit, fn in pending:
-        if claims is not None and not _claim(Path(claims) / f"{unit.name}-{unit.key}"):
-            continue
-        if not unit.fits(statistics.median(spent) if spent else None):
-            print(f"kagglekit pool: {unit.name} left for the next version (the session's time "
-                  "cannot hold it)", flush=True)
-            break
-        started = time.monotonic()
-        try:
-            run.cache.compute(unit.name, unit.key, lambda f=fn: f(threads), config=unit.config,
-                              shaping=unit.shaping)
-        except Unfinished as stopped:
-            print(f"kagglekit pool: {unit.name}: {stopped}", flush=True)
-            break
+    claimed = ((u, fn) for u, fn in pending if claims is None or _claim(Path(claims) / f"{u.name}-{u.key}"))
+
+    def compute(unit: Unit, fn: Callable[[int], object]) -> dict:
+        run.cache.compute(unit.name, unit.key, lambda: fn(threads), config=unit.config, shaping=unit.shaping)
         unit.carry()
-        spent.append(time.monotonic() - started)
-        events.append({**run.cache.events[-1], "worker": index})
-    return events
+        return {**run.cache.events[-1], "worker": index}
+    return [event for _, event in turns.in_turn(claimed, compute, who="pool")]
 
 
 def _claim(path: Path) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import workpool
-from .folds import CVResult, Predictions, as_arrays, as_tensors, checked
+from .folds import CVResult, Predictions, as_predictions, as_tensors, checked
 
 
 @dataclass
@@ -73,13 +73,13 @@ def cross_validate(cv, models: dict, fold_data: Callable, *, target, metric, tes
     done = workpool.share(cv.context, jobs, workers=workers)
     results = {}
     for fold in cv.folds:
-        parts = {name: done.get(f"{name}-fold{fold.index}") for name in models}
-        if any(part is None for part in parts.values()):
+        found = {name: done.get(f"{name}-fold{fold.index}") for name in models}
+        if any(part is None for part in found.values()):
             continue
-        parts = {name: as_arrays(part) for name, part in parts.items()}
-        results[fold.index] = {"oof": {n: p["oof"][n] for n, p in parts.items()},
-                               "test": {n: p["test"][n] for n, p in parts.items() if n in p["test"]},
-                               "record": {n: p["record"] for n, p in parts.items()}}
+        parts = {name: as_predictions(part) for name, part in found.items() if part is not None}
+        results[fold.index] = Predictions(oof={n: p.oof[n] for n, p in parts.items()},
+                                          test={n: p.test[n] for n, p in parts.items() if n in p.test},
+                                          record={n: p.record for n, p in parts.items()})
     return cv.collect(results, target=target, metric=metric, test_ids=test_ids,
                       higher_is_better=higher_is_better)
 

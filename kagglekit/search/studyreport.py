@@ -9,7 +9,7 @@ MIN_TRIALS_FOR_PLOTS = 5  # importances and history from fewer trials say nothin
 
 
 def counts(study) -> dict:
-    out = {}
+    out: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
         out[t.state.name] = out.get(t.state.name, 0) + 1
     return out

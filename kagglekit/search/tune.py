@@ -25,8 +25,8 @@ from pathlib import Path
 
 from ..loop import progress
 from ..machine.budget import Budget, Unfinished, whole_or_nothing
+from ..parallel import workers as worker_policy
 from ..parallel.forked import run_forked
-from ..run import workpool
 from . import sizing, studystore
 from .sizing import FINISHED, MIN_SCALE, trial_scale  # noqa: F401 (kk.tune.trial_scale in objectives)
 from .studyreport import counts, summarize  # noqa: F401 (kk.tune.summarize in notebooks)
@@ -47,7 +47,7 @@ def load_study(name: str, url: str, direction: str, *, sampler=None, pruner=None
     import optuna
     return optuna.create_study(
         study_name=name, storage=_storage(url, heartbeat_s, grace_s, max_retry),
-        direction=direction, sampler=sampler, load_if_exists=True,
+        direction=direction, sampler=sampler, load_if_exists=True,  # type: ignore[arg-type]  # checked by optuna
         pruner=pruner if pruner is not None else optuna.pruners.MedianPruner(
             n_startup_trials=3, n_warmup_steps=1))
 
@@ -171,8 +171,8 @@ def _worker(gpus: int, args: tuple, index: int) -> str:
     """One search worker in its own process: its GPU (cuda:0 of what it sees, where
     ``run.device`` points) and its trials."""
     if gpus:
-        workpool.pin_gpu(index)
-    return _work(*args, worker=index)
+        worker_policy.pin_gpu(index)
+    return _work(*args, worker=index)  # type: ignore[misc]  # args: _work's up to seed
 
 
 def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path | str,
@@ -225,7 +225,7 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
             print(f"kagglekit tune: continuing the study found in {adopted}")
     url = studystore.resolve(storage) if storage else studystore.storage_url(db)  # never printed
     gpus = len(inventory())
-    workers = workers or workpool.processes()
+    workers = workers or worker_policy.processes()
     options = {"sampler": sampler, "pruner": pruner, "heartbeat_s": heartbeat_s,
                "grace_s": grace_s, "max_retry": max_retry, "shrink": shrink, "workers": workers}
     study = load_study(name, url, direction, **options)  # creates the tables once
@@ -244,7 +244,7 @@ def optimize(objective: Callable, name: str, n_trials: int, *, directory: Path |
         reason = _work(*args)
     else:
         run_forked(functools.partial(_worker, gpus, args), workers, what="tune worker",
-                   threads=workpool.threads_each(workers))
+                   threads=worker_policy.threads_each(workers))
         reason = "workers finished"
     study = load_study(name, url, direction, **options)
     print(f"kagglekit tune: {name}: {counts(study)} ({reason})")

@@ -267,13 +267,13 @@ class CheckpointManager:
             except Exception as err:  # noqa: BLE001 - whatever broke it, it is unusable
                 skipped.append((found.path, f"{type(err).__name__}: {str(err)[:160]}"))
                 continue
-            for path, err in skipped:
-                warnings.warn(f"checkpoint {path} is unusable ({err}); falling back to {found.path}",
+            for path, why in skipped:
+                warnings.warn(f"checkpoint {path} is unusable ({why}); falling back to {found.path}",
                               CheckpointWarning, stacklevel=2)
             self._carry_over(found)
             return found, state
-        for path, err in skipped:
-            warnings.warn(f"checkpoint {path} is unusable ({err}) and no older one exists; "
+        for path, why in skipped:
+            warnings.warn(f"checkpoint {path} is unusable ({why}) and no older one exists; "
                           "starting from scratch", CheckpointWarning, stacklevel=2)
         return None
 

@@ -37,7 +37,7 @@ def versions() -> dict:
 
 
 def scan(folder: Path) -> list[Found]:
-    found = []
+    found: list[Found] = []
     if not folder.is_dir():
         return found
     for sidecar in folder.iterdir():

@@ -287,7 +287,7 @@ def _config_reads(node: ast.AST, runs: set[str]) -> set[str]:
     ``runs``); ``EVERY`` for any other use of ``run.config`` (``{**run.config}``)."""
     named, uses, by_name = set(), set(), set()
     for sub in ast.walk(node):
-        if _is_config(sub, runs) and isinstance(sub.ctx, ast.Load):
+        if isinstance(sub, ast.Attribute) and _is_config(sub, runs) and isinstance(sub.ctx, ast.Load):
             uses.add(id(sub))
         config, key = None, None
         if isinstance(sub, ast.Subscript) and _is_config(sub.value, runs):

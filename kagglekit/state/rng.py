@@ -20,7 +20,7 @@ import torch
 def capture(device=None) -> dict:
     """Every generator's state; CUDA's for ``device`` (the fit's card) when it is one, else for
     every card this process initialised."""
-    np_state = np.random.get_state()
+    np_state: tuple = np.random.get_state(legacy=True)  # type: ignore[assignment]  # legacy: the tuple form
     state = {
         "python": random.getstate(),
         "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),

@@ -16,6 +16,8 @@ read is the last one the attention mask marks.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from transformers.modeling_outputs import SequenceClassifierOutput
@@ -60,7 +62,7 @@ class AnswerTokenClassifier(nn.Module):
 
     def __init__(self, lm: nn.Module, token_ids: list[int]):
         super().__init__()
-        self.lm = lm
+        self.lm: Any = lm  # a transformers causal LM, maybe wrapped by peft
         self.token_ids = list(token_ids)  # a list, not a buffer: checkpoints hold what trains only
         self.num_labels = len(token_ids)
         self._rows: torch.Tensor | None = None  # the ids on the model's device, made once
@@ -69,11 +71,11 @@ class AnswerTokenClassifier(nn.Module):
     def config(self):
         return self.lm.config
 
-    def _causal_lm(self) -> nn.Module:
+    def _causal_lm(self) -> Any:
         return self.lm.get_base_model() if hasattr(self.lm, "get_base_model") else self.lm
 
     def forward(self, input_ids, attention_mask, labels=None, **_) -> SequenceClassifierOutput:
-        lm = self._causal_lm()
+        lm: Any = self._causal_lm()
         positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # left padding starts each text at 0
         hidden = lm.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
                                   position_ids=positions).last_hidden_state
@@ -88,7 +90,7 @@ class AnswerTokenClassifier(nn.Module):
         else:  # an int8 copy (machine.int8) packs its weight: the whole layer, then the class columns
             logits = out(state)[:, rows]
         loss = None if labels is None else nn.functional.cross_entropy(logits.float(), labels)
-        return SequenceClassifierOutput(loss=loss, logits=logits)
+        return SequenceClassifierOutput(loss=loss, logits=logits)  # type: ignore[arg-type]  # FloatTensor: a Tensor
 
     def gradient_checkpointing_enable(self, **kwargs):
         self._causal_lm().gradient_checkpointing_enable(**kwargs)

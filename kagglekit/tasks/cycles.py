@@ -26,6 +26,7 @@ import multiprocessing as mp
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -112,7 +113,8 @@ def pool_workers(cpu_step, gpu_step, device: torch.device, probe: int = 8) -> di
 def run(strategy: str, cpu_step, gpu_step, cycles: int, device: torch.device, *,
         batch_cycles: int = 8, graph_cycles: int = 50, save_every: int = 0, folder: Path) -> dict:
     """``cycles`` cycles one way: cycles/s, utilisation, breakdown, verdict, memory."""
-    graphed, extra = None, {}
+    graphed = None
+    extra: dict = {}
     if strategy == "cuda_graph":
         n = max(1, min(graph_cycles, cycles))
         example = torch.from_numpy(np.stack([cpu_step(i) for i in range(n)])).to(device)
@@ -168,10 +170,11 @@ def _cycles(cpu_step, gpu_step, graphed, cycles, device, k, save: Savepoints, po
     return t_cpu, t_gpu
 
 
-_POOL_STEP = None
+_POOL_STEP: Callable | None = None
 
 
 def _pool_step(cycle: int):
+    assert _POOL_STEP is not None, "set before the pool forks"
     return _POOL_STEP(cycle)
 
 

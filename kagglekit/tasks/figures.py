@@ -16,6 +16,7 @@ import time
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -42,8 +43,8 @@ class Workload:
     """What one figure trains: a pipeline's model on its data at its global batch."""
     name: str
     build: Callable  # () -> a fresh nn.Module (seeded by the caller)
-    train_set: object
-    val_set: object
+    train_set: Any  # a map-style dataset
+    val_set: Any
     loss_fn: Callable  # kk.fit's loss_fn(model, batch)
     evaluate: Callable  # (loader, device) -> evaluate(model) -> dict, as kk.evaluate's
     metric: str  # the key of evaluate's dict compared across precisions (higher is better)

@@ -78,8 +78,8 @@ def _lightgbm(params, task, data, rounds, classes, early_stop, threads, seed, wh
                         callbacks=[lgb.early_stopping(early_stop, verbose=False)] + ([hook] if hook else []))
     best = int(booster.best_iteration or booster.current_iteration())
     gains = dict(zip(booster.feature_name(), booster.feature_importance("gain")))
-    return Trees(booster.predict(data["x_val"], num_iteration=best),
-                 booster.predict(data["x_test"], num_iteration=best),
+    return Trees(np.asarray(booster.predict(data["x_val"], num_iteration=best)),
+                 np.asarray(booster.predict(data["x_test"], num_iteration=best)),
                  _shares(gains, data["x_train"].columns), best, where)
 
 

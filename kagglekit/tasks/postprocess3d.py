@@ -12,7 +12,7 @@ import itertools
 import numpy as np
 from scipy import ndimage
 
-from ..run import surfacescore
+from . import surfacescore
 
 
 def remove_small(mask: np.ndarray, min_voxels: int) -> np.ndarray:

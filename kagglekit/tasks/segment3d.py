@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import itertools
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +15,9 @@ from torch.utils.data import Dataset
 
 from ..parallel.loaders import to_device
 from ..readers.volumes import IGNORE
-from ..run.evaluate import all_sum
-from ..run.surfacescore import vesuvius_score
+from ..score.evaluate import all_sum
 from ..state import atomic
+from .surfacescore import vesuvius_score
 
 
 class Patches(Dataset):
@@ -182,7 +183,7 @@ def _views(flips: int, rotations: int) -> list:
     then the axial rotations."""
     if not (0 <= flips <= 3 and 0 <= rotations <= 3):
         raise ValueError(f"flips={flips}, rotations={rotations}: each counts views from 0 to 3")
-    views = [(lambda t: t, lambda t: t)]
+    views: list[tuple[Callable, Callable]] = [(lambda t: t, lambda t: t)]
     views += [(lambda t, a=a: t.flip(a), lambda t, a=a: t.flip(a)) for a in (2, 3, 4)[:flips]]
     views += [(lambda t, k=k: t.rot90(k, (3, 4)), lambda t, k=k: t.rot90(-k, (3, 4)))
               for k in range(1, rotations + 1)]

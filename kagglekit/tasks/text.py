@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,7 +28,7 @@ from ..machine.int8 import quantize
 from ..parallel import ranks
 from ..parallel.loaders import to_device
 from ..readers.pretrained import quiet_transformers
-from ..run import metrics
+from ..score import metrics
 from . import prompts
 from .answerhead import AnswerTokenClassifier
 
@@ -170,7 +171,7 @@ def load_classifier(model_dir, num_labels: int, *, head: str = "sequence", answe
             task_type=task, r=lora_r, lora_alpha=lora_alpha or 2 * lora_r,
             lora_dropout=lora_dropout, target_modules="all-linear"))
     _trained_in_fp32(model)
-    return (AnswerTokenClassifier(model, answer_ids) if head == "answer_token" else model), tokenizer
+    return (AnswerTokenClassifier(model, answer_ids or []) if head == "answer_token" else model), tokenizer
 
 
 def _refuse_head(head: str, answer_ids, num_labels: int) -> None:
@@ -185,7 +186,7 @@ def _refuse_head(head: str, answer_ids, num_labels: int) -> None:
 def _loading(head: str, num_labels: int, lora_r: int, load_in_4bit: bool, placement: str, max_memory_gb: float,
              device, precision) -> dict:
     """``from_pretrained``'s arguments: the base's type, the head's width, 4-bit and placement."""
-    kwargs = {"dtype": frozen_dtype(lora_r, precision)}
+    kwargs: dict[str, object] = {"dtype": frozen_dtype(lora_r, precision)}
     if head == "sequence":
         kwargs["num_labels"] = num_labels
     if load_in_4bit:
@@ -270,7 +271,7 @@ def predict_proba(model, texts: TokenizedTexts, collate, batch_size: int, device
         rows.append(torch.as_tensor(idx.copy(), device=device))
         if announce and rank == 0 and len(probs) == 1:
             _estimate(announce, probs[0], time.monotonic() - started, len(batches), world)
-    bare = ranks.unwrap(model)
+    bare: Any = ranks.unwrap(model)
     width = getattr(bare, "num_labels", None) or bare.config.num_labels
     p = torch.cat(probs) if probs else torch.zeros((0, width), dtype=torch.float64, device=device)
     r = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long, device=device)

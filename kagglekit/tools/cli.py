@@ -53,7 +53,7 @@ def _run_one(nb: Path, params: dict, output_root: str, run_notebook) -> dict:
            "wall_s": round(time.monotonic() - started, 1), "folder": str(folder)}
     if status == "ok":
         print(f"== {nb.stem}: done in {row['wall_s']} s -> {folder}/")
-        for line in row["headline"].split("; "):
+        for line in str(row["headline"]).split("; "):
             print(f"   {line}")
     for note in metrics.get("notes", []):  # what it dropped or skipped on the way, beside the headline
         print(f"   note: {note}")

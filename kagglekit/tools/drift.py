@@ -48,7 +48,9 @@ def rewrite(text: str, diffs: list[dict], source: str) -> str:
     lines = text.splitlines()
     for d in diffs:
         if d["rewritable"]:
-            name = _PIN.match(lines[d["line"]].strip())["name"]
+            pin = _PIN.match(lines[d["line"]].strip())
+            assert pin is not None, "a rewritable line is a pin"
+            name = pin["name"]
             lines[d["line"]] = f"{name}=={d['ran']}  # [kaggle {source}]"
     return "\n".join(lines) + "\n"
 

@@ -100,7 +100,7 @@ def run_notebook(notebook: Path | str, params: dict | None = None, *,
     """
     notebook, params = Path(notebook), dict(params or {})
     history = output_dir is None  # either way the parameters are checked before any kernel
-    out = run_folder(notebook, params, output_root) if history else Path(output_dir)
+    out = run_folder(notebook, params, output_root) if output_dir is None else Path(output_dir)
     if not history:
         check_parameters(notebook, params)
     out.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ import socket
 import time
 from pathlib import Path
 
+from ..machine.signals import alive
 from ..state import atomic
 
 # Parameters that change how a run is executed, not what it computes: a run with other
@@ -57,19 +58,9 @@ def shown_status(status: dict) -> str:
     a closed terminal, a machine that went down) and says so, not "running" forever."""
     said = status.get("status", "?")
     pid, host = status.get("pid"), status.get("host")
-    if said == "running" and pid and host == socket.gethostname() and not _alive(int(pid)):
+    if said == "running" and pid and host == socket.gethostname() and not alive(int(pid)):
         return "killed"
     return said
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def mark_latest(folder: Path) -> None:
@@ -105,7 +96,7 @@ def headline_text(summary: list[dict]) -> str:
     for h in summary:
         value = f"{h['value']:.4g}" if isinstance(h.get("value"), float) else str(h.get("value"))
         vs = f" vs {h['vs']} {h['baseline']:.4g}" if isinstance(h.get("baseline"), float) else ""
-        mark = {True: " (pass)", False: " (FAIL)"}.get(h.get("passed"), "")
+        mark = {True: " (pass)", False: " (FAIL)", None: ""}.get(h.get("passed"), "")
         parts.append(f"{h['result']} {value}{vs}{mark}")
     return "; ".join(parts)
 

@@ -152,7 +152,7 @@ def run_version(built: Path, slug: str, version: Version, bench: Bench, cap: int
     if version.rerun:
         ok, text = rerun_verdict(metrics, root)
     else:
-        ok, text = verdict(version.number, metrics.get("chain", {}), _chain_of(version.previous))
+        ok, text = verdict(int(version.number), metrics.get("chain", {}), _chain_of(version.previous))
     return Outcome(name, version.number, ok, seconds, text)
 
 

@@ -8,6 +8,7 @@ parameters, version after version, and in the scoring rerun.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -59,7 +60,7 @@ def vesuvius(folder: Path, hidden: bool = False, shrink: int = 1) -> Path:
     return folder
 
 
-def elliptic(folder: Path, hidden: bool = False, per_step: int = 40, seed: int = 0) -> dict:
+def elliptic(folder: Path, hidden: bool = False, per_step: int = 40, seed: int = 0) -> tuple[dict, dict]:
     """The Elliptic Bitcoin data set as Kaggle's ``ellipticco/elliptic-data-set`` ships it, in
     ``elliptic_bitcoin_dataset/``; each part reproduces a documented property of the real files:
 
@@ -248,7 +249,8 @@ def playground_s5e6(folder: Path, hidden: bool = False) -> Path:
 
 SERVED = "kagglekit-served-store-sales"  # a stand-in only: push refuses a kernel that attaches it
 # Stand-ins by the source a kernel attaches: a competition's slug or a dataset's owner/slug.
-STAND_INS = {"vesuvius-challenge-surface-detection": vesuvius, "ellipticco/elliptic-data-set": elliptic,
+STAND_INS: dict[str, Callable] = {
+    "vesuvius-challenge-surface-detection": vesuvius, "ellipticco/elliptic-data-set": elliptic,
              "store-sales-time-series-forecasting": store_sales, SERVED: served_store_sales,
              "jigsaw-agile-community-rules": community_rules, "playground-series-s5e6": playground_s5e6}
 

@@ -59,7 +59,8 @@ def push_all(names: list[str], accelerator: str, sessions: int = SESSIONS, sleep
     except (kaggle_cli.KaggleError, wheels.WheelError) as err:
         print(f"error: the wheels dataset: {err}", file=sys.stderr)
         return 1
-    results, running = [], {}
+    results: list = []
+    running: dict = {}
     queue = list(zip(names, folders))
     poll_s = float(os.environ.get(POLL_ENV, 60))
     while queue:

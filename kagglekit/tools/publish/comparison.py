@@ -108,7 +108,7 @@ def speedup(local: dict, remote: dict) -> dict:
         ratio = b["samples_per_s"] / a["samples_per_s"] if a["samples_per_s"] else None
         fits.append({"fit": name, "local": a["samples_per_s"], "kaggle": b["samples_per_s"], "speedup": ratio})
     wall = local.get("wall_seconds"), remote.get("wall_seconds")
-    return {"fits": fits, "overall": wall[0] / wall[1] if all(wall) else None,
+    return {"fits": fits, "overall": wall[0] / wall[1] if wall[0] and wall[1] else None,
             "devices": {"local": _device(local), "kaggle": _device(remote)}}
 
 

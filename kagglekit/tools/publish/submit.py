@@ -43,6 +43,9 @@ def submit(name: str, message: str, output_root: str) -> int:
               f"that finished (make status NB={name} WAIT=1)", file=sys.stderr)
         return 1
     version = kaggle_cli.current_version(kernel)
+    if version is None:
+        print(f"refused: {kernel} has no version to submit (make push NB={name})", file=sys.stderr)
+        return 1
     dest = Path(output_root) / meta["slug"] / f"v{version}"
     kaggle_cli.output(kernel, dest)
     code = bool(meta.get("code_competition"))
@@ -52,8 +55,9 @@ def submit(name: str, message: str, output_root: str) -> int:
         return 1
     planned = json.loads((dest / "metrics.json").read_text()).get("rerun_plan") or {}
     if code and planned.get("units"):
-        from ...run import rerunplan
+        from ...submit import rerunplan
         print(rerunplan.describe(planned))
+    assert file is not None, "no problem: the submission file was found"
     described = f"{meta['slug']} v{version}: {message}"
     if code:
         answer = kaggle_cli.submit_code(competition, kernel, version, file.name, described)
@@ -75,7 +79,7 @@ def submission_problem(folder: Path, code: bool = True, competition: str = "") -
     training = sorted(label for label, did in metrics.get("chain", {}).items() if did in ("trained", "resumed"))
     planned = metrics.get("rerun_plan") or {}
     if code and planned.get("units"):  # it trains in the rerun by design (test-time training): does it fit?
-        from ...run import rerunplan
+        from ...submit import rerunplan
         trouble = rerunplan.problem(planned)
         if trouble:
             return file, trouble
@@ -100,7 +104,7 @@ def _check(file: Path, recorded: dict, competition: str) -> None:
             raise ValueError("its metrics.json does not record the test ids the zip must hold")
         check_submission(file, dict.fromkeys(ids))
         return
-    from ...run import submission
+    from ...submit import submission
     from .data import data_root
     sample = data_root() / competition / "sample_submission.csv"
     if sample.exists():

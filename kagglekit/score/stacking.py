@@ -54,7 +54,7 @@ def _fitted(task: str, x: np.ndarray, y: np.ndarray, seed: int):
     rows = np.random.default_rng(seed).permutation(len(x))[:TUNE_ROWS]
     losses = {c: -cross_val_score(logistic(c), x[rows], y[rows], cv=3, scoring="neg_log_loss").mean()
               for c in CS}
-    return logistic(min(losses, key=losses.get)).fit(x, y)
+    return logistic(min(losses, key=lambda c: losses[c])).fit(x, y)
 
 
 def _predict(model, x, task: str) -> np.ndarray:

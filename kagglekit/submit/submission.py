@@ -72,7 +72,7 @@ def check(submission, schema: Schema, name: str = "submission.csv") -> int:
     import pandas as pd
     frame = submission if isinstance(submission, pd.DataFrame) else pd.read_csv(submission)
     _check_columns(frame, schema, name)
-    expected = schema.rows if schema.ids is None else len(schema.ids)
+    expected = schema.rows if schema.ids is None else len(schema.ids)  # type: ignore[arg-type]  # ids: a sequence
     if expected is not None and len(frame) != expected:
         _fail(name, f"{len(frame)} rows, the competition expects {expected} "
                     f"({'one per id of the sample' if schema.ids is not None else 'as declared'})")

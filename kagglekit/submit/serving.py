@@ -129,7 +129,10 @@ def serve(folder, predict, fallback, deadline_s: float, *, margin_s: float | Non
     Kaggle's scoring rerun, ``run_local_gateway`` on the public test set otherwise; the report."""
     from ..machine.env import competition_rerun
     served = Served(predict, fallback, deadline_s, margin_s=min(10.0, deadline_s / 4) if margin_s is None else margin_s)
-    server = inference_server(folder)(served)
+    server_class = inference_server(folder)
+    if server_class is None:
+        raise ValueError(f"{folder}: no kaggle_evaluation/*_inference_server.py: not an inference-server competition")
+    server = server_class(served)
     server.serve() if competition_rerun() else server.run_local_gateway(data_paths)
     return served.report()
 
