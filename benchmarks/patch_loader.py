@@ -12,9 +12,7 @@ against both T4s (the figure recorded before 2026-11-24). Each in the same run, 
 
 What two T4s consume: the notebook's U-Net (its own cell, Kaggle's width 16 and depth 3) costs
 F FLOPs per patch for a forward and backward (``torch.utils.flop_counter``); a T4 sustains
-about 24 TFLOPS in fp16 (NVIDIA developer forum, "About GPU peak performance", 2023: cuBLAS
-HGEMM 4096^3 on a T4 measures ~24 of the 65 TFLOPS peak, held down by the 70 W power cap;
-https://forums.developer.nvidia.com/t/about-gpu-peak-performance/264462). 3-D convolutions
+about 24 TFLOPS in fp16 (``kk.cards.T4.fp16_flops``, with its source). 3-D convolutions
 reach less than a large GEMM, so 24e12 / F patches/s per T4 is an upper bound on the demand:
 a ratio >= 1 against it means the GPU, not the loader, sets the pace.
 """
@@ -34,7 +32,7 @@ from torch.nn import functional as F
 import kagglekit as kk
 
 REPO = Path(__file__).resolve().parents[1]
-T4_FP16_FLOPS = 24e12  # sustained, per card (see the docstring)
+T4_FP16_FLOPS = kk.cards.T4.fp16_flops  # sustained, per card (machine/cards.py: its source)
 
 
 def notebook_unet():

@@ -12,9 +12,8 @@ from .machine.version import __version__  # noqa: F401 (the package face shows i
 
 # The public names, each in the part that owns it (see each part's docstring).
 _PARTS = {
-    "machine": ["version", "env", "gpus", "driver", "emulate", "ascard", "precision", "int8", "cpuhalf", "budget",
-                "inputs",
-                "display", "signals", "packages"],
+    "machine": ["version", "env", "cards", "gpus", "driver", "emulate", "ascard", "precision", "int8", "cpuhalf",
+                "budget", "inputs", "display", "signals", "packages"],
     "parallel": ["ranks", "forkserver", "heartbeat", "forked", "launcher", "ranklog", "loaders", "batches", "workers"],
     "state": ["atomic", "rng", "space", "keys", "reads", "identity", "cache", "snapshot", "found", "checkpoint",
               "published"],

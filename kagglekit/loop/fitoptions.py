@@ -57,11 +57,6 @@ class Stop(str, Enum):
     def __str__(self) -> str:
         return self.value
 
-    @property
-    def ends_the_run(self) -> bool:
-        """A longer run asked for later would stop here too (nothing to train on)."""
-        return self in (Stop.EARLY_STOPPING, Stop.REQUESTED)
-
 
 @dataclass(frozen=True)
 class Speed:

@@ -14,19 +14,13 @@ card runs differently, PCIe between two cards, and the host's 4 vCPUs and 29 GB.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+
+from .cards import T4, Card
 
 ENV = "KAGGLEKIT_AS"
 
 
-@dataclass(frozen=True)
-class Card:
-    name: str
-    capability: tuple[int, int]
-    memory_gib: float
-
-
-CARDS = {"t4": Card("Tesla T4", (7, 5), 15.0)}
+CARDS = {"t4": T4}
 
 
 class AsCardError(RuntimeError):

@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .cards import T4, Card
+
 ENV = "KAGGLEKIT_EMULATE"
 
 
@@ -25,19 +27,17 @@ ENV = "KAGGLEKIT_EMULATE"
 class Machine:
     """A Kaggle machine shape as the kit sees it."""
     name: str
-    gpu: str
-    capability: tuple[int, int]
-    memory_gb: float
+    card: Card
     gpus: int
     cpus: int
 
     def describe(self) -> str:
-        major, minor = self.capability
-        return (f"{self.name}: {self.gpus} x {self.gpu} (cc {major}.{minor}, {self.memory_gb:g} GB), "
+        major, minor = self.card.capability
+        return (f"{self.name}: {self.gpus} x {self.card.name} (cc {major}.{minor}, {self.card.memory_gib:g} GB), "
                 f"{self.cpus} vCPUs, emulated on the CPU")
 
 
-MACHINES = {"t4x2": Machine("t4x2", "Tesla T4", (7, 5), 15.0, gpus=2, cpus=4)}
+MACHINES = {"t4x2": Machine("t4x2", T4, gpus=2, cpus=4)}
 
 
 class EmulationError(ValueError):

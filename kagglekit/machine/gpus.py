@@ -13,6 +13,8 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .cards import CAPABILITY
+
 
 @dataclass(frozen=True)
 class GPU:
@@ -75,11 +77,6 @@ def _read_nvml() -> list[GPU] | None:
         pynvml.nvmlShutdown()
 
 
-# Compute capability by model, for the /proc fallback (which names the model only).
-CAPABILITY = {"T4": (7, 5), "P100": (6, 0), "V100": (7, 0), "A100": (8, 0), "A10": (8, 6),
-              "L4": (8, 9), "H100": (9, 0), "H200": (9, 0)}
-
-
 def _read_nvidia_smi() -> list[GPU]:
     """The inventory from ``nvidia-smi`` (no CUDA context either), where NVML is missing."""
     exe = shutil.which("nvidia-smi")
@@ -127,7 +124,8 @@ def inventory() -> list[GPU]:
     from . import emulate
     emulated = emulate.machine()
     if emulated is not None:
-        cards = [GPU(i, emulated.gpu, emulated.memory_gb, emulated.capability, f"GPU-emulated-{i}")
+        card = emulated.card
+        cards = [GPU(i, card.name, card.memory_gib, card.capability, f"GPU-emulated-{i}")
                  for i in range(emulated.gpus)]
         return _visible(cards, os.environ.get("CUDA_VISIBLE_DEVICES"))
     fake = os.environ.get("KAGGLEKIT_FAKE_GPUS")

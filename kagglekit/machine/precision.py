@@ -122,7 +122,7 @@ def resolve(requested, device: torch.device) -> Precision:
         from . import emulate
         card = emulate.machine()
         if card is not None and device.type == "cpu":  # the emulated T4's decision, on the CPU
-            return choose(requested, card.capability, card.gpu, device_type="cpu")
+            return choose(requested, card.card.capability, card.card.name, device_type="cpu")
         return choose(requested, None)
     from . import ascard
     imitated = ascard.card()  # KAGGLEKIT_AS=t4: decided as for the T4

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +33,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .sandboxverdict import chain_of, rerun_verdict, verdict
 
 OWNER = "sandbox"
 VERSIONS = 3
@@ -150,9 +151,9 @@ def run_version(built: Path, slug: str, version: Version, bench: Bench, cap: int
         return Outcome(name, version.number, False, seconds, "FAILED: the run wrote into /kaggle/input")
     metrics = json.loads((working / "metrics.json").read_text())
     if version.rerun:
-        ok, text = rerun_verdict(metrics, root)
+        ok, text = rerun_verdict(metrics, root, OWNER)
     else:
-        ok, text = verdict(int(version.number), metrics.get("chain", {}), _chain_of(version.previous))
+        ok, text = verdict(int(version.number), metrics.get("chain", {}), chain_of(version.previous))
     return Outcome(name, version.number, ok, seconds, text)
 
 
@@ -165,72 +166,6 @@ def _first_error(executed: Path, done: subprocess.CompletedProcess) -> str:
     except (OSError, ValueError, KeyError):
         pass
     return f"FAILED: papermill exit {done.returncode}: {done.stderr.strip()[-400:]}"
-
-
-def verdict(version: int, chain: dict, previous: dict | None = None) -> tuple[bool, str]:
-    """Version 1 may train; a later version must resume, skip or hit the cache for everything an
-    earlier version finished, and may only train what no version has finished yet (the folds a
-    budget left for it: "pending" in the previous chain)."""
-    groups: dict[str, list[str]] = {}
-    for label, did in chain.items():
-        groups.setdefault(did, []).append(label)
-    text = "; ".join(f"{did}: {', '.join(labels)}" for did, labels in sorted(groups.items()))
-    earlier = previous or {}
-    retrained = [label for label in groups.get("trained", []) + groups.get("computed", [])
-                 if version > 1 and not _left_pending(label, earlier)]
-    if retrained:
-        return False, f"FAILED: trained again from scratch: {', '.join(retrained)} ({text})"
-    return True, f"ok ({text or 'no fits'})"
-
-
-def _left_pending(label: str, earlier: dict) -> bool:
-    """Was ``label`` left for this version: pending itself, or a unit of a pending fold (its
-    models, named by their fold: ``cache:trees-fold2-seed0`` of ``cache:gnn-fold2``) that no
-    earlier version reached? Anything an earlier version recorded otherwise was finished there."""
-    if label in earlier:
-        return earlier[label] == "pending"
-    folds = {m.group(0) for p, did in earlier.items() if did == "pending"
-             for m in [re.search(r"fold\d+$", p)] if m}
-    return any(re.search(rf"(^|[-:]){fold}($|-)", label) for fold in folds)
-
-
-def _chain_of(output: Path | None) -> dict:
-    try:
-        return json.loads((output / "metrics.json").read_text()).get("chain", {}) if output else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def rerun_verdict(metrics: dict, root: Path) -> tuple[bool, str]:
-    """Kaggle's scoring rerun trains nothing but what the submitted version planned (test-time
-    training: its ``rerun_plan``), predicts no validation volume and decodes no label: it reads
-    the hidden test set only, and its submission holds every hidden id."""
-    chain = metrics.get("chain", {})
-    planned = {f"cache:{u['name']}" for u in _submitted_plan(root).get("units", [])}
-    trained = [label for label, did in chain.items() if did in ("trained", "resumed", "computed")
-               and label not in planned and not (planned and label == "fit")]
-    if trained:
-        return False, f"FAILED: the scoring rerun trained: {', '.join(trained)}"
-    within = sorted(label for label in planned if chain.get(label) == "computed")
-    if metrics.get("predicted", {}).get("val") or (root / "working" / "predictions" / "val").exists():
-        return False, "FAILED: the scoring rerun predicted validation volumes"
-    test_ids = set(metrics.get("submission", {}).get("test_ids") or [])
-    decoded = {p.name.rsplit("-", 1)[0] for p in (root / "temp").rglob("*.npy")}
-    if decoded - test_ids:
-        return False, f"FAILED: the scoring rerun read other volumes: {sorted(decoded - test_ids)[:4]}"
-    if not (root / "working" / "submission.zip").exists() and not (root / "working" / "submission.csv").exists():
-        return False, "FAILED: the scoring rerun wrote no submission"
-    predicted = len(test_ids) or metrics.get("submission", {}).get("rows", 0)
-    volumes = f", {len(decoded)} volumes decoded, all of them test volumes" if decoded else ""
-    trained_text = f"trained {', '.join(within)} as planned" if within else "nothing trained"
-    return True, f"ok (scoring rerun: {predicted} hidden test rows predicted, {trained_text}{volumes})"
-
-
-def _submitted_plan(root: Path) -> dict:
-    """The rerun plan the version's own output recorded (mounted under input/notebooks/)."""
-    for found in sorted((root / "input" / "notebooks").glob(f"{OWNER}/*/metrics.json")):
-        return json.loads(found.read_text()).get("rerun_plan") or {}
-    return {}
 
 
 def _sources(meta: dict, bench: Bench, hidden: bool = False) -> dict:
