@@ -85,7 +85,7 @@ def test_the_runtime_never_imports_the_tooling():
 
 
 # Each part and the parts it may import (its own modules aside): a strict order, bottom first.
-ORDER = ["machine", "parallel", "state", "readers", "loop", "score", "submit", "run", "search", "tasks"]
+ORDER = ["machine", "parallel", "state", "readers", "loop", "score", "submit", "run", "search", "llm", "tasks"]
 MAY_IMPORT = {part: set(ORDER[:i]) for i, part in enumerate(ORDER)}
 
 
@@ -141,6 +141,7 @@ MUTABLES = {
     "kagglekit/machine/inputs.py:_indexes": "the attached inputs walked once per process",
     "kagglekit/score/metrics.py:_warned_half": "one warning per process",
     "kagglekit/tasks/cycles.py:_POOL_STEP": "the step the forked pool workers inherit",
+    "kagglekit/llm/llmengine.py:_LOADED": "a worker's engine, loaded once per process",
     "kagglekit/tasks/gbdt.py:OBJECTIVES": "constant objective names per task",
     "kagglekit/tasks/gbdt.py:EVAL": "constant validation metric names per task",
     "kagglekit/machine/signals.py:_requested": "this process's stop request (a signal handler sets it)",

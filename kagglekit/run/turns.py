@@ -2,7 +2,8 @@
 (``folds``) and the work pool's workers (``workpool``) both run.
 
 A unit is started only when the time left holds it: its estimate is the median time of the units
-computed here this session, before the first an earlier session's (or none: it starts). A unit
+computed here this session (per unit of ``size`` when the units differ in size: an LLM shard's
+tokens), before the first an earlier session's (or none: it starts). A unit
 done before (a cache hit) costs nothing and never counts in the estimate. A unit that raises
 ``Unfinished`` ends the turn: it and every unit after it are left for the next version.
 """
@@ -20,14 +21,16 @@ Work = TypeVar("Work")
 
 
 def in_turn(jobs: Iterable[tuple[Unit, Work]], do: Callable[[Unit, Work], object], *, who: str,
-            earlier_s: float | None = None, per_version: int = 0) -> Iterator[tuple[Unit, object]]:
+            earlier_s: float | None = None, per_version: int = 0,
+            size: Callable[[Unit, Work], float] | None = None) -> Iterator[tuple[Unit, object]]:
     """``(unit, do(unit, work))`` for each job in order, while the session's time holds the next
-    (``per_version``: at most that many computed this session); ``who`` names the loop in what
-    it says when it stops early."""
-    spent: list[float] = []
+    (``per_version``: at most that many computed this session; ``size``: each job's size, when
+    their times go with it); ``who`` names the loop in what it says when it stops early."""
+    spent: list[float] = []  # seconds per unit of size (per unit without sizes)
     for unit, work in jobs:
         done = unit.done
-        if not done and not _room(unit, spent, earlier_s, per_version):
+        scale = size(unit, work) if size is not None else 1.0
+        if not done and not _room(unit, [s * scale for s in spent], earlier_s, per_version):
             print(f"kagglekit {who}: {unit.name} left for the next version (the session's time "
                   "cannot hold it)", flush=True)
             return
@@ -38,7 +41,7 @@ def in_turn(jobs: Iterable[tuple[Unit, Work]], do: Callable[[Unit, Work], object
             print(f"kagglekit {who}: {unit.name}: {stopped}", flush=True)
             return
         if not done:
-            spent.append(time.monotonic() - started)
+            spent.append((time.monotonic() - started) / max(scale, 1e-12))
         yield unit, value
 
 

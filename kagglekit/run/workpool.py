@@ -22,6 +22,7 @@ import os
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..machine import gpus
 from ..parallel.forked import in_worker, run_forked
@@ -30,8 +31,10 @@ from . import turns
 from .unit import Unit
 
 
-def share(run, jobs: Sequence[tuple[Unit, Callable[[int], object]]], *, workers: int | None = None) -> dict:
-    """Every job's result, ``{unit.name: value}``, for the units done (here or before)."""
+def share(run, jobs: Sequence[tuple[Unit, Callable[[int], object]]], *, workers: int | None = None,
+          size: Callable[[Unit, Any], float] | None = None) -> dict:
+    """Every job's result, ``{unit.name: value}``, for the units done (here or before); ``size``:
+    a job's size when its time goes with it (``turns.in_turn``)."""
     names = [unit.name for unit, _ in jobs]
     if len(set(names)) < len(names):
         raise ValueError(f"two jobs share the unit name {max(names, key=names.count)!r}")
@@ -39,10 +42,10 @@ def share(run, jobs: Sequence[tuple[Unit, Callable[[int], object]]], *, workers:
     workers = min(workers or processes(), len(pending))
     computed = []
     if pending and (workers <= 1 or in_worker()):  # here: the cache records each as it computes
-        computed = _work(run, pending, threads_each(1), None, 0)
+        computed = _work(run, pending, threads_each(1), None, 0, size)
     elif pending:
         with tempfile.TemporaryDirectory(prefix="kagglekit-claims-") as claims:
-            body = _Body(run, pending, threads_each(workers), claims, bool(gpus.inventory()))
+            body = _Body(run, pending, threads_each(workers), claims, bool(gpus.inventory()), size)
             reports = run_forked(body, workers, what="unit worker", threads=threads_each(workers), every=True)
         computed = [e for report in reports for e in report]
         run.cache.events.extend(computed)  # the workers' records, merged into this process's
@@ -52,16 +55,17 @@ def share(run, jobs: Sequence[tuple[Unit, Callable[[int], object]]], *, workers:
 class _Body:
     """One worker's loop (a class, so that it travels to the worker by value)."""
 
-    def __init__(self, run, pending, threads: int, claims: str, pin_gpu: bool):
+    def __init__(self, run, pending, threads: int, claims: str, pin_gpu: bool, size=None):
         self.run, self.pending, self.threads, self.claims, self.pin_gpu = run, pending, threads, claims, pin_gpu
+        self.size = size
 
     def __call__(self, index: int) -> list:
         if self.pin_gpu:
             pin_gpu(index)
-        return _work(self.run, self.pending, self.threads, self.claims, index)
+        return _work(self.run, self.pending, self.threads, self.claims, index, self.size)
 
 
-def _work(run, pending, threads: int, claims: str | None, index: int) -> list:
+def _work(run, pending, threads: int, claims: str | None, index: int, size=None) -> list:
     """The jobs this worker claims, done in order; the cache's record of each it computed."""
     claimed = ((u, fn) for u, fn in pending if claims is None or _claim(Path(claims) / f"{u.name}-{u.key}"))
 
@@ -69,7 +73,7 @@ def _work(run, pending, threads: int, claims: str | None, index: int) -> list:
         run.cache.compute(unit.name, unit.key, lambda: fn(threads), config=unit.config, shaping=unit.shaping)
         unit.carry()
         return {**run.cache.events[-1], "worker": index}
-    return [event for _, event in turns.in_turn(claimed, compute, who="pool")]
+    return [event for _, event in turns.in_turn(claimed, compute, who="pool", size=size)]
 
 
 def _claim(path: Path) -> bool:

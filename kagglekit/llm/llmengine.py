@@ -1,0 +1,157 @@
+"""An LLM at inference, one engine per GPU: ``kk.llmengine.infer(run, "judge", model_dir, prompts,
+Task.answers(token_ids))``.
+
+The prompts are cut into shards by token count (``llmshards``), each shard a unit of work (its
+key: the model's identity, the task, the shard's prompts and the backend's code), so a finished
+shard is written atomically as it finishes (the run's cache) and no later run or kernel version
+computes it again. The shards are shared out over one worker process per GPU, each loading the
+model whole on its card (``run.workpool``: both T4s, each its own engine; without a GPU, this
+process), the longest shards first. A shard starts only when the session's time holds it,
+estimated from the seconds per token of the shards computed so far. What it leaves: each
+prompt's output, None for a prompt whose shard is left for the next version, and the measured
+tokens/s (metrics.json ``llm_<name>``) that a scoring rerun's plan is judged by.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..readers.pretrained import base_identity
+from ..run import workpool
+from . import hfbackend, llmshards
+
+_LOADED: dict = {}  # (model folder, device) -> hfbackend.Loaded: a worker loads its engine once
+
+
+@dataclass(frozen=True)
+class Task:
+    """What the engine computes per prompt: ``answers`` (the next token's probabilities over
+    ``token_ids``), ``choice`` (the label of the most probable of them) or ``generate``
+    (``samples`` completions of at most ``max_new_tokens``, greedy at temperature 0)."""
+    mode: str
+    token_ids: tuple[int, ...] = ()
+    labels: tuple[str, ...] = ()
+    max_new_tokens: int = 0
+    samples: int = 1
+    temperature: float = 0.0
+    seed: int = 0
+
+    @classmethod
+    def answers(cls, token_ids) -> Task:
+        return cls("answers", token_ids=tuple(int(t) for t in token_ids))
+
+    @classmethod
+    def choice(cls, token_ids, labels) -> Task:
+        if len(token_ids) != len(labels):
+            raise ValueError(f"{len(labels)} labels for {len(token_ids)} answer tokens: one token per label")
+        return cls("choice", token_ids=tuple(int(t) for t in token_ids), labels=tuple(labels))
+
+    @classmethod
+    def generate(cls, max_new_tokens: int, samples: int = 1, temperature: float = 0.0, seed: int = 0) -> Task:
+        if max_new_tokens < 1 or samples < 1 or temperature < 0:
+            raise ValueError(f"max_new_tokens={max_new_tokens}, samples={samples}, temperature={temperature}: "
+                             "at least one token and one sample, a temperature of 0 (greedy) or more")
+        if samples > 1 and temperature == 0:
+            raise ValueError(f"samples={samples} at temperature 0 would be {samples} copies of the greedy answer: "
+                             "sample at a temperature above 0")
+        return cls("generate", max_new_tokens=max_new_tokens, samples=samples, temperature=temperature, seed=seed)
+
+
+@dataclass
+class Inferred:
+    outputs: list  # per prompt: probabilities, a label, or its samples; None where not done yet
+    done: list[int] = field(default_factory=list)  # shards done
+    pending: list[int] = field(default_factory=list)  # shards left for the next version
+    tokens_per_s: float | None = None  # measured on the shards computed this session
+    balance: float = 1.0  # the largest shard's tokens over the mean's
+
+    @property
+    def complete(self) -> bool:
+        return not self.pending
+
+
+class _ShardJob:
+    """One shard on one engine (travels to its worker by value; the model loads there once)."""
+
+    def __init__(self, model_dir: Path, task: Task, prompts: list[str], tokens: int, batch_size: int):
+        self.model_dir, self.task, self.prompts = model_dir, task, prompts
+        self.tokens, self.batch_size = tokens, batch_size
+
+    def __call__(self, threads: int) -> dict:
+        import torch
+        torch.set_num_threads(threads)
+        return run_task(engine(self.model_dir), self.task, self.prompts, self.batch_size)
+
+
+def engine(model_dir: Path):
+    """This process's engine for ``model_dir`` on its GPU (a worker sees one, as cuda:0), else the CPU."""
+    import torch
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if (str(model_dir), device) not in _LOADED:
+        _LOADED[(str(model_dir), device)] = hfbackend.load(model_dir, device)
+    return _LOADED[(str(model_dir), device)]
+
+
+def run_task(loaded, task: Task, prompts: list[str], batch_size: int) -> dict:
+    """One shard's outputs as the cache stores them (tensors, or JSON for texts)."""
+    import torch
+    if task.mode in ("answers", "choice"):
+        probs = hfbackend.answer_probs(loaded, prompts, list(task.token_ids), batch_size)
+        return {"probs": torch.from_numpy(probs)}
+    texts = hfbackend.generate(loaded, prompts, task.max_new_tokens, samples=task.samples,
+                               temperature=task.temperature, seed=task.seed, batch_size=batch_size)
+    return {"texts": texts}
+
+
+def infer(run, name: str, model_dir: Path | str, prompts: list[str], task: Task, *, batch_size: int = 16,
+          shards_per_engine: int = 8, workers: int | None = None) -> Inferred:
+    """``task`` over every prompt (see the module): the outputs of the shards done, in prompt order."""
+    model_dir = Path(model_dir)
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    sizes = hfbackend.lengths(tokenizer, prompts)
+    engines = workers or workpool.processes()
+    shards = llmshards.for_engines(sizes, engines, shards_per_engine)
+    identity = {"model": base_identity(model_dir), "task": asdict(task)}
+    jobs = []
+    for shard in shards:
+        texts = [prompts[i] for i in shard.rows]
+        unit = run.unit(f"{name}-shard{shard.index}", config=identity, data=texts,
+                        code=[run_task, hfbackend.answer_probs, hfbackend.generate, hfbackend.load])
+        jobs.append((unit, _ShardJob(model_dir, task, texts, shard.tokens, batch_size)))
+    results = workpool.share(run, jobs, workers=engines, size=lambda unit, job: job.tokens)
+    return _assemble(run, name, task, shards, jobs, results)
+
+
+def _assemble(run, name: str, task: Task, shards, jobs, results: dict) -> Inferred:
+    outputs: list = [None] * sum(len(s.rows) for s in shards)
+    done, pending = [], []
+    for shard, (unit, _) in zip(shards, jobs):
+        value = results.get(unit.name)
+        if value is None:
+            pending.append(shard.index)
+            continue
+        done.append(shard.index)
+        for row, out in zip(shard.rows, _per_prompt(task, value)):
+            outputs[row] = out
+    computed = {e["name"]: e for e in run.cache.events if not e.get("hit") and e["name"].startswith(f"{name}-shard")}
+    tokens = sum(job.tokens for unit, job in jobs if unit.name in computed)
+    seconds = sum(e.get("seconds", 0.0) for e in computed.values())
+    rate = round(tokens / seconds, 1) if seconds > 0 else None
+    result = Inferred(outputs, sorted(done), sorted(pending), rate, round(llmshards.balance(shards), 3))
+    run.log(**{f"llm_{name}": {"shards": len(shards), "done": result.done, "pending": result.pending,
+                               "tokens_per_s": rate, "balance": result.balance, "mode": task.mode}})
+    if pending:
+        print(f"kagglekit llm: {name}: {len(done)} of {len(shards)} shards done, {len(pending)} next version")
+    return result
+
+
+def _per_prompt(task: Task, value: dict) -> list:
+    if task.mode == "generate":
+        return list(value["texts"])
+    probs = np.asarray(value["probs"])
+    if task.mode == "answers":
+        return list(probs)
+    return [task.labels[int(i)] for i in probs.argmax(1)]

@@ -1,0 +1,207 @@
+"""LLMs at inference (kagglekit/llm): shards by token count, the engine's outputs against plain
+transformers, shards that survive a crash and a deadline, voting and vLLM's pre-flight.
+
+The model is a stand-in Llama (random weights, a tokenizer trained on the built-in texts,
+``textsets.write_standin_model``) in Kaggle Models' layout; the prompts are the built-in texts,
+of mixed length (6 to 60 words)."""
+import numpy as np
+import pytest
+import torch
+
+import kagglekit as kk
+from kagglekit.llm import hfbackend, llmengine, llmshards, vllmcheck, voting
+from kagglekit.readers import textsets
+from kagglekit.run import turns
+
+DECLARED = {"seed": 0, "force_retrain": False, "time_budget_s": 0.0, "precision": "auto", "data_dir": ""}
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    return textsets.write_standin_model(tmp_path_factory.mktemp("models"), "llama")
+
+
+def _start(out, monkeypatch):
+    monkeypatch.setenv("KAGGLEKIT_OUTPUT", str(out))
+    return kk.start(dict(DECLARED), "llm", declared=dict(DECLARED), verbose=False)
+
+
+def _prompts(n: int, seed: int = 0) -> list[str]:
+    texts = [t for t, _ in textsets.texts(n, seed, min_words=4, max_words=60)]
+    return [f"Text: {t}\nAnswer:" for t in texts]
+
+
+def _answer_ids(llama) -> list[int]:
+    loaded = hfbackend.load(llama, "cpu")
+    return [loaded.tokenizer.convert_tokens_to_ids(t) for t in loaded.tokenizer.convert_ids_to_tokens([5, 6, 7])]
+
+
+def _plain_probs(llama, prompts, token_ids) -> np.ndarray:
+    """The reference: one unpadded forward pass per prompt."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(llama)
+    model = AutoModelForCausalLM.from_pretrained(llama, dtype=torch.float32).eval()
+    rows = []
+    with torch.inference_mode():
+        for p in prompts:
+            logits = model(**tok(p, return_tensors="pt")).logits[0, -1, token_ids]
+            rows.append(torch.softmax(logits.double(), -1).numpy())
+    return np.stack(rows)
+
+
+# ---- shards -------------------------------------------------------------------------------------
+def test_shards_of_a_heavy_tailed_length_sample_keep_both_cards_finishing_together(capsys):
+    lengths = np.random.default_rng(0).lognormal(5.0, 1.0, 20_000).astype(int) + 1  # a long tail
+    shards = llmshards.for_engines(lengths, engines=2)
+    assert sorted(np.concatenate([s.rows for s in shards]).tolist()) == list(range(len(lengths)))
+    assert all(len(set(s.rows)) == len(s.rows) for s in shards)
+    spread, balance = llmshards.finish_spread(shards, 2), llmshards.balance(shards)
+    # the baseline: as many shards cut by prompt count from the length-sorted prompts
+    by_count = [c.sum() for c in np.array_split(np.sort(lengths)[::-1], len(shards))]
+    naive = max(by_count) / np.mean(by_count)
+    with capsys.disabled():
+        print(f"\nshards: {len(shards)}, largest/mean tokens {balance:.3f} (cut by prompt count: {naive:.3f}), "
+              f"finish spread of two engines {spread:.4f}, longest prompt {lengths.max()}")
+    assert spread < 1.02 and balance < 1.3 < naive
+    # batches of 32 taken in shard order pad little: prompts of a shard are of similar length
+    batches = [lengths[s.rows[i:i + 32]] for s in shards for i in range(0, len(s.rows), 32)]
+    padded = sum(b.max() * len(b) - b.sum() for b in batches) / lengths.sum()
+    assert padded < 0.05, padded
+
+
+def test_a_prompt_longer_than_a_shard_is_a_shard_alone():
+    shards = llmshards.cut([5, 500, 5, 5], tokens_per_shard=50)
+    assert shards[0].rows.tolist() == [1] and shards[0].tokens == 500
+    with pytest.raises(ValueError, match="tokens_per_shard=0"):
+        llmshards.cut([1], 0)
+
+
+# ---- the engine against plain transformers ---------------------------------------------------
+@pytest.mark.slow
+def test_two_emulated_engines_score_as_one_plain_forward_per_prompt(tmp_path, monkeypatch, llama):
+    monkeypatch.setenv("KAGGLEKIT_EMULATE", "t4x2")  # two T4s: two engines, each a worker process
+    run = _start(tmp_path / "out", monkeypatch)
+    prompts, token_ids = _prompts(2000), _answer_ids(llama)
+    got = llmengine.infer(run, "judge", llama, prompts, llmengine.Task.answers(token_ids), batch_size=32)
+    assert got.complete and got.tokens_per_s
+    workers = {e.get("worker") for e in run.cache.events if e["name"].startswith("judge-shard")}
+    assert workers == {0, 1}  # both engines took shards
+    diff = np.abs(np.stack(got.outputs) - _plain_probs(llama, prompts, token_ids)).max()
+    print(f"2000 prompts, two engines: largest difference from one plain forward each {diff:.2e}")
+    assert diff < 1e-5
+
+
+def test_greedy_generation_is_token_for_token_plain_generate(tmp_path, monkeypatch, llama):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    run = _start(tmp_path / "out", monkeypatch)
+    prompts = _prompts(24, seed=3)
+    got = llmengine.infer(run, "gen", llama, prompts, llmengine.Task.generate(8), batch_size=8, workers=1)
+    tok = AutoTokenizer.from_pretrained(llama)
+    model = AutoModelForCausalLM.from_pretrained(llama, dtype=torch.float32).eval()
+    for prompt, [text] in zip(prompts, got.outputs):
+        ids = tok(prompt, return_tensors="pt")
+        plain = model.generate(**ids, max_new_tokens=8, do_sample=False, pad_token_id=tok.eos_token_id)
+        assert text == tok.decode(plain[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def test_choice_and_samples_keep_their_shape(tmp_path, monkeypatch, llama):
+    run = _start(tmp_path / "out", monkeypatch)
+    prompts, ids = _prompts(10), _answer_ids(llama)
+    chosen = llmengine.infer(run, "pick", llama, prompts, llmengine.Task.choice(ids, ["a", "b", "c"]), workers=1)
+    probs = llmengine.infer(run, "probs", llama, prompts, llmengine.Task.answers(ids), workers=1)
+    assert chosen.outputs == [["a", "b", "c"][int(np.argmax(p))] for p in probs.outputs]
+    sampled = llmengine.infer(run, "s", llama, prompts, llmengine.Task.generate(4, samples=3, temperature=1.0),
+                              workers=1)
+    assert all(len(s) == 3 for s in sampled.outputs)
+    with pytest.raises(ValueError, match="copies of the greedy answer"):
+        llmengine.Task.generate(4, samples=3)
+
+
+# ---- surviving a crash and the deadline -------------------------------------------------------
+def test_an_engine_that_dies_halfway_loses_no_finished_shard(tmp_path, monkeypatch, llama):
+    prompts, ids = _prompts(300), _answer_ids(llama)
+    task = llmengine.Task.answers(ids)
+    whole = llmengine.infer(_start(tmp_path / "whole", monkeypatch), "j", llama, prompts, task, workers=1)
+    real, calls = llmengine.engine, []
+
+    def dies_at_the_fourth(model_dir):  # the engine each shard asks for (not the units' code)
+        calls.append(model_dir)
+        if len(calls) == 4:
+            raise MemoryError("the engine died")  # what a kill mid-shard leaves: nothing of this shard
+        return real(model_dir)
+    monkeypatch.setattr(llmengine, "engine", dies_at_the_fourth)
+    run = _start(tmp_path / "out", monkeypatch)
+    with pytest.raises(MemoryError):
+        llmengine.infer(run, "j", llama, prompts, task, workers=1)
+    monkeypatch.setattr(llmengine, "engine", real)
+    again = _start(tmp_path / "out", monkeypatch)  # the next run, in the same output
+    done = llmengine.infer(again, "j", llama, prompts, task, workers=1)
+    chain = [again.chain[f"cache:j-shard{k}"] for k in sorted(int(n.split("shard")[1]) for n in
+                                                               (k.split(":")[1] for k in again.chain))]
+    assert chain.count("hit") == 3 and chain.count("computed") == len(chain) - 3
+    assert np.array_equal(np.stack(done.outputs), np.stack(whole.outputs))
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1_000_000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_no_shard_starts_that_the_deadline_cannot_hold_and_the_partial_result_stays(tmp_path, monkeypatch, llama):
+    clock, starts = Clock(), []
+    monkeypatch.setattr(turns.time, "monotonic", clock)
+    monkeypatch.setattr(kk.budget.time, "time", clock)
+    real = llmengine.run_task
+
+    def timed(loaded, task, texts, batch_size):  # a shard takes 1 s per 100 tokens
+        starts.append(clock.now)
+        clock.now += sum(hfbackend.lengths(loaded.tokenizer, texts)) / 100
+        return real(loaded, task, texts, batch_size)
+    monkeypatch.setattr(llmengine, "run_task", timed)
+    prompts, ids = _prompts(400), _answer_ids(llama)
+    run = _start(tmp_path / "out", monkeypatch)
+    total = sum(hfbackend.lengths(hfbackend.load(llama, "cpu").tokenizer, prompts)) / 100
+    run.deadline = clock.now + total / 2  # half the work's time
+    got = llmengine.infer(run, "j", llama, prompts, llmengine.Task.answers(ids), workers=1)
+    assert got.done and got.pending and not got.complete
+    assert clock.now <= run.deadline  # the last shard started held: none ran past the deadline
+    done_rows = [o for o in got.outputs if o is not None]
+    assert 0 < len(done_rows) < len(prompts)
+    metrics = (tmp_path / "out" / "metrics.json").read_text()
+    assert '"pending"' in metrics and '"tokens_per_s"' in metrics
+
+
+# ---- voting and the pre-flight ----------------------------------------------------------------
+def test_answers_are_extracted_voted_and_chosen_by_minimum_bayes_risk():
+    assert voting.extract("Let me think.\nThe answer is B.") == "B"
+    assert voting.extract("so: 42") == "42" and voting.extract("") is None
+    assert voting.extract("final=[7]", r"\[(\d+)\]") == "7"
+    assert voting.majority(["B", None, "C", "C", None, None]) == "C"
+    assert voting.majority(["A", "B"]) == "A"  # a tie: the first (the greedy sample) wins
+    candidates = ["the cat sat on the mat", "a cat sat on the mat", "dogs run fast", "the cat is on the mat"]
+    assert voting.mbr(candidates) == 0 and voting.mbr(candidates, "bleu") in (0, 1)
+    with pytest.raises(ValueError, match="'chrf' or 'bleu'"):
+        voting.mbr(candidates, "rouge")
+
+
+@pytest.mark.parametrize("setting, named", [
+    ({"dtype": "bfloat16"}, "dtype='bfloat16'"),
+    ({"dtype": "auto"}, "dtype='auto'"),  # a bf16 checkpoint under auto
+    ({"attention_backend": "FLASH_ATTN"}, "FlashAttention-2"),
+    ({"shared_memory_kib": 96}, "shared_memory_kib=96"),
+    ({"tensor_parallel_size": 2}, "disable_custom_all_reduce=True"),
+    ({"data_parallel_size": 2}, "PR #30739"),
+])
+def test_the_preflight_refuses_each_setting_known_to_fail_on_a_t4(setting, named):
+    with pytest.raises(vllmcheck.PreflightError, match=named.replace("(", r"\(").replace(")", r"\)")):
+        vllmcheck.check(setting, checkpoint_dtype="bfloat16")
+
+
+def test_the_preflight_passes_what_runs_on_a_t4_and_bf16_on_an_a100():
+    good = {"dtype": "half", "attention_backend": "TRITON_ATTN", "tensor_parallel_size": 2,
+            "disable_custom_all_reduce": True, "gpu_memory_utilization": 0.9}
+    assert vllmcheck.check(good) == good
+    assert vllmcheck.check({"dtype": "bfloat16"}, capability=(8, 0)) == {"dtype": "bfloat16"}
