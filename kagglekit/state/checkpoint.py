@@ -115,18 +115,14 @@ class CheckpointManager:
         (or, without it, on ``loader``'s dataset when that can be fingerprinted). A unit's
         manager gives the unit's own config, data and key."""
         config = self.config if self.config is not None else config
-        if self.unit:
-            return Identity.of(config, model, self.data, self.fingerprint or None, self.run_control, self.unit)
-        data = self.data
-        if data is None and loader is not None:
-            dataset = getattr(loader, "dataset", None)
+        data, printed = self.data, self.fingerprint or None
+        if not self.unit and data is None and loader is not None:  # the loader's dataset, if it can be
+            data = getattr(loader, "dataset", None)
             try:
-                if dataset is None:
-                    raise TypeError("no dataset")
-                return Identity.of(config, model, dataset, fingerprint(dataset), self.run_control)
+                printed = fingerprint(data) if data is not None else None
             except TypeError:  # a custom Dataset: pass data= to know when it changes
                 data = None
-        return Identity.of(config, model, data, run_control=self.run_control)
+        return Identity.of(config, model, data, printed, self.run_control, self.unit)
 
     def bind(self, identity: Identity) -> CheckpointManager:
         """Keep this run's checkpoints in ``<directory>/<identity.key>`` from now on."""
