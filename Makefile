@@ -168,6 +168,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/gnn_switches.py
 	$(PY) benchmarks/tabular_lightgbm.py
 	$(PY) benchmarks/hillclimb.py --metrics rmse,logloss
+	$(PY) benchmarks/llm_engine.py
 	$(PY) benchmarks/hillclimb.py --metrics auc --max-steps 3
 	$(PY) benchmarks/tabular_real.py
 	$(PY) benchmarks/ddp_step.py

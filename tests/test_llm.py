@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import kagglekit as kk
-from kagglekit.llm import hfbackend, llmengine, llmshards, vllmcheck, voting
+from kagglekit.llm import hfbackend, llmengine, llmexport, llmshards, vllmcheck, voting
 from kagglekit.readers import textsets
 from kagglekit.run import turns
 
@@ -205,3 +205,50 @@ def test_the_preflight_passes_what_runs_on_a_t4_and_bf16_on_an_a100():
             "disable_custom_all_reduce": True, "gpu_memory_utilization": 0.9}
     assert vllmcheck.check(good) == good
     assert vllmcheck.check({"dtype": "bfloat16"}, capability=(8, 0)) == {"dtype": "bfloat16"}
+
+
+# ---- export for inference ---------------------------------------------------------------------
+def _lora(llama):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(llama, dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    for name, p in model.named_parameters():  # a trained adapter: B away from its zero start
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.05)
+    return model.eval()
+
+
+def test_a_lora_model_merged_computes_what_the_adapted_one_did_and_loads_in_fp16(tmp_path, llama):
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(llama)
+    inputs = [tok(p, return_tensors="pt") for p in _prompts(6)]
+    model = _lora(llama)
+    with torch.inference_mode():
+        adapted = [model(**i).logits for i in inputs]
+    merged = llmexport.merge_lora(model)
+    with torch.inference_mode():
+        diff = max((merged(**i).logits - a).abs().max().item() for i, a in zip(inputs, adapted))
+    print(f"merged against adapter logits: largest difference {diff:.2e}")
+    assert diff < 1e-5
+    saved = llmexport.save_fp16(merged, tok, tmp_path / "merged")
+    loaded = hfbackend.load(saved, "cpu", dtype=torch.float32)
+    with torch.inference_mode():
+        again = max((loaded.model(**i).logits - a).abs().max().item() for i, a in zip(inputs, adapted))
+    assert again < 0.05  # fp16 weights: close, not equal
+    with pytest.raises(TypeError, match="no LoRA adapters"):
+        llmexport.merge_lora(loaded.model)
+
+
+def test_the_overflow_scan_catches_an_activation_past_fp16s_range(llama):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(llama)
+    batches = [dict(tok(p, return_tensors="pt")) for p in _prompts(4)]
+    model = AutoModelForCausalLM.from_pretrained(llama, dtype=torch.float32)
+    clean = llmexport.overflow_scan(model, batches)
+    assert not clean.flagged and "no overflow risk" in clean.describe()
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight.mul_(1e8)  # an outlier feature, injected
+    hot = llmexport.overflow_scan(model, batches)
+    assert "model.layers.1.mlp.down_proj" in hot.flagged and "fp16 overflow risk" in hot.describe()

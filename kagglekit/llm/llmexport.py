@@ -1,0 +1,80 @@
+"""A trained LoRA model made ready for inference: its adapters merged into the base (exact in
+fp32), saved in fp16 as a plain transformers folder the engines load, after an fp16 overflow scan.
+
+A T4 computes in fp16, whose largest value is 65504: a model trained or merged in fp32 or bf16 can
+hold activations past it (outlier features in the residual stream of larger LMs), which turn to
+inf on the T4 and NaN after the next norm, while the A100 that trained it saw nothing wrong.
+``overflow_scan`` runs the model in fp32 on the unit's own prompts and reports each module's
+largest output against fp16's range, so a model that would overflow is caught before a rerun.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..state import atomic
+
+FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504
+
+
+def merge_lora(model) -> torch.nn.Module:
+    """``model`` (a peft model) with its adapters folded into the base weights, in fp32: the
+    merged model computes what the adapted one did (PEFT's ``merge_and_unload``)."""
+    if not hasattr(model, "merge_and_unload"):
+        raise TypeError(f"{type(model).__name__} has no LoRA adapters to merge (a peft model has)")
+    return model.float().merge_and_unload()
+
+
+def save_fp16(model, tokenizer, folder: Path | str) -> Path:
+    """The model in fp16 and its tokenizer as a transformers folder (config.json,
+    model.safetensors: what a Kaggle Model version holds), written whole or not at all."""
+    folder = Path(folder)
+    with atomic.atomic_folder(folder) as partial:
+        model.to(torch.float16).save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+    return folder
+
+
+@dataclass
+class OverflowReport:
+    largest: dict[str, float] = field(default_factory=dict)  # module -> its largest |output|
+    margin: float = 0.25  # flagged past this fraction of fp16's range (headroom for other inputs)
+
+    @property
+    def flagged(self) -> dict[str, float]:
+        return {m: v for m, v in self.largest.items() if v > self.margin * FP16_MAX or v != v}
+
+    def describe(self) -> str:
+        if not self.flagged:
+            peak = max(self.largest.values(), default=0.0)
+            return f"no overflow risk in fp16: largest activation {peak:.4g} (fp16 holds {FP16_MAX:g})"
+        worst = sorted(self.flagged.items(), key=lambda kv: -kv[1])[:3]
+        return ("fp16 overflow risk: " + "; ".join(f"{m} reaches {v:.4g}" for m, v in worst)
+                + f" (fp16 holds {FP16_MAX:g}): run these in fp32 or scale them down before a T4 rerun")
+
+
+@torch.inference_mode()
+def overflow_scan(model, batches, margin: float = 0.25) -> OverflowReport:
+    """Each module's largest |output| over ``batches`` (dicts of the model's inputs), the model
+    run in fp32."""
+    report, hooks = OverflowReport(margin=margin), []
+
+    def watch(name):
+        def hook(_module, _inputs, output):
+            tensor = output[0] if isinstance(output, tuple) else output
+            if isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
+                report.largest[name] = max(report.largest.get(name, 0.0), float(tensor.abs().max()))
+        return hook
+    for name, module in model.named_modules():
+        if name:
+            hooks.append(module.register_forward_hook(watch(name)))
+    try:
+        model.float().eval()
+        for batch in batches:
+            model(**batch)
+    finally:
+        for h in hooks:
+            h.remove()
+    return report
