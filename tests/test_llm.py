@@ -172,6 +172,13 @@ def test_no_shard_starts_that_the_deadline_cannot_hold_and_the_partial_result_st
     assert 0 < len(done_rows) < len(prompts)
     metrics = (tmp_path / "out" / "metrics.json").read_text()
     assert '"pending"' in metrics and '"tokens_per_s"' in metrics
+    # the measured rate plans a rerun: 100 tokens/s on the stand-in clock
+    assert got.tokens_per_s == pytest.approx(100, rel=0.01)
+    from kagglekit.submit import rerunplan
+    fits = rerunplan.plan([got.planned("llm:j", rerun_tokens=100 * 3600)], hours=9)
+    over = rerunplan.plan([got.planned("llm:j", rerun_tokens=100 * 3600 * 9)], hours=9)
+    assert fits["fits"] and fits["units"][0]["seconds"] == pytest.approx(3600, rel=0.01)
+    assert not over["fits"] and "llm:j" in rerunplan.problem(over)
 
 
 # ---- voting and the pre-flight ----------------------------------------------------------------

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..readers.pretrained import base_identity
 from ..run import workpool
+from ..submit.rerunplan import Planned
 from . import hfbackend, llmshards
 
 _LOADED: dict = {}  # (model folder, device) -> hfbackend.Loaded: a worker loads its engine once
@@ -64,8 +65,19 @@ class Inferred:
     outputs: list  # per prompt: probabilities, a label, or its samples; None where not done yet
     done: list[int] = field(default_factory=list)  # shards done
     pending: list[int] = field(default_factory=list)  # shards left for the next version
-    tokens_per_s: float | None = None  # measured on the shards computed this session
+    tokens_per_s: float | None = None  # one engine's, measured on the shards computed this session
     balance: float = 1.0  # the largest shard's tokens over the mean's
+    tokens: int = 0  # the prompts' tokens, all shards
+    engines: int = 1
+
+    def planned(self, name: str, rerun_tokens: int) -> Planned:
+        """This inference in a scoring rerun's plan (``submit.rerunplan``): its time on
+        ``rerun_tokens`` prompt tokens (the hidden test's) at the measured tokens/s of its engines."""
+        if not self.tokens_per_s:
+            raise ValueError(f"{name}: no shard was computed this session, so no tokens/s was measured: "
+                             "plan from a run that computed (force_retrain=True)")
+        seconds = self.tokens / (self.tokens_per_s * self.engines)
+        return Planned(name, seconds, self.tokens, rerun_tokens)
 
     @property
     def complete(self) -> bool:
@@ -122,10 +134,10 @@ def infer(run, name: str, model_dir: Path | str, prompts: list[str], task: Task,
                         code=[run_task, hfbackend.answer_probs, hfbackend.generate, hfbackend.load])
         jobs.append((unit, _ShardJob(model_dir, task, texts, shard.tokens, batch_size)))
     results = workpool.share(run, jobs, workers=engines, size=lambda unit, job: job.tokens)
-    return _assemble(run, name, task, shards, jobs, results)
+    return _assemble(run, name, task, shards, jobs, results, engines)
 
 
-def _assemble(run, name: str, task: Task, shards, jobs, results: dict) -> Inferred:
+def _assemble(run, name: str, task: Task, shards, jobs, results: dict, engines: int) -> Inferred:
     outputs: list = [None] * sum(len(s.rows) for s in shards)
     done, pending = [], []
     for shard, (unit, _) in zip(shards, jobs):
@@ -140,7 +152,8 @@ def _assemble(run, name: str, task: Task, shards, jobs, results: dict) -> Inferr
     tokens = sum(job.tokens for unit, job in jobs if unit.name in computed)
     seconds = sum(e.get("seconds", 0.0) for e in computed.values())
     rate = round(tokens / seconds, 1) if seconds > 0 else None
-    result = Inferred(outputs, sorted(done), sorted(pending), rate, round(llmshards.balance(shards), 3))
+    result = Inferred(outputs, sorted(done), sorted(pending), rate, round(llmshards.balance(shards), 3),
+                      sum(s.tokens for s in shards), engines)
     run.log(**{f"llm_{name}": {"shards": len(shards), "done": result.done, "pending": result.pending,
                                "tokens_per_s": rate, "balance": result.balance, "mode": task.mode}})
     if pending:
