@@ -21,7 +21,7 @@ _PARTS = {
                 "datasets", "graph", "textsets", "manpages", "pretrained", "competition", "playground"],
     "loop": ["train", "epochs", "step", "halving", "fitoptions", "fitstate", "durable", "resuming", "restarts",
              "fallback", "accel", "cudagraph", "guards", "progress", "monitor", "memory", "schedule", "probe",
-             "scalerhealth", "batchsize"],
+             "scalerhealth", "batchsize", "ema"],
     "score": ["metrics", "evaluate", "scoring", "hillclimb", "stacking", "choice"],
     "submit": ["submission", "serving", "rerunplan", "blend", "oofsources"],
     "run": ["context", "report", "scratch", "unit", "params", "contract", "paths", "splitters", "plots",
@@ -35,7 +35,7 @@ _SUBMODULES = {name: f"{part}.{name}" for part, names in _PARTS.items() for name
 _EXPORTS = {
     "start": "context", "Run": "context", "Unfinished": "unit",
     "fit": "train", "supervised": "train", "EarlyStopping": "fitstate", "FitResult": "fitstate",
-    "Stop": "fitoptions", "Speed": "fitoptions", "Monitor": "fitoptions", "Alone": "fitoptions",
+    "Stop": "fitoptions", "Ema": "ema", "Speed": "fitoptions", "Monitor": "fitoptions", "Alone": "fitoptions",
     "CheckpointManager": "checkpoint", "make_loader": "loaders", "Budget": "budget",
     "seed_everything": "env", "launch": "launcher", "headline": "display",
 }

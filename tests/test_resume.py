@@ -93,6 +93,22 @@ def test_under_the_emulated_t4x2_fp16_and_its_scaler_resume_bitwise(tmp_path):
     _assert_same_weights(resumed["model"], reference["model"])
 
 
+def test_the_weights_moving_average_resumes_bitwise_under_the_emulated_t4x2(tmp_path):
+    """fit(..., ema=kk.Ema(0.9)) killed mid-run: the averaged weights, and the validation scored on
+    them, end as the uninterrupted run's."""
+    reference, _ = _run(tmp_path / "ref", tmp_path / "ref.pt", "--ema", "0.9", env=T4X2)
+    plain, _ = _run(tmp_path / "plain", tmp_path / "plain.pt", env=T4X2)
+    _assert_same_weights(reference["model"], plain["model"])  # the average never touches the training
+    assert reference["ema"].keys() == plain["model"].keys()
+    assert not all(torch.equal(reference["ema"][k], plain["model"][k]) for k in plain["model"])
+    assert [h["val_loss"] for h in reference["history"]] != [h["val_loss"] for h in plain["history"]]
+    _kill_at(tmp_path / "ckpt", 13, "--ema", "0.9", env=T4X2)
+    resumed, _ = _run(tmp_path / "ckpt", tmp_path / "out.pt", "--ema", "0.9", env=T4X2)
+    assert resumed["resumed_from"] is not None
+    _assert_same_weights(resumed["ema"], reference["ema"])
+    assert [h["val_loss"] for h in resumed["history"]] == [h["val_loss"] for h in reference["history"]]
+
+
 def test_an_fp32_run_moved_to_a_t4_resumes_under_fp16_with_a_fresh_scaler(tmp_path, reference):
     """Saved where the scaler was off (fp32: its state is empty), resumed on a T4 (fp16 needs
     one): before, GradScaler.load_state_dict raised "The source state dict is empty"."""

@@ -92,6 +92,8 @@ class Durable:
 
     def snapshot(self) -> dict:
         extra = {"loop": self.state.to_dict()}
+        if self.parts.ema is not None:
+            extra["ema"] = self.parts.ema.state_dict()
         if self.early_stopping is not None:
             extra["early_stopping"] = self.early_stopping.state_dict()
         p = self.parts

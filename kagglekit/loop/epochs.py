@@ -90,6 +90,8 @@ class EpochLoop:
             st.batches_done, st.step = st.batches_done + group, st.step + 1
             if per_step_scheduler is not None:
                 per_step_scheduler.step()
+            if self.parts.ema is not None:
+                self.parts.ema.update(self.parts.model)
             elapsed = time.monotonic() - started
             self.step_s = elapsed if self.step_s == 0 else 0.9 * self.step_s + 0.1 * elapsed
             bar.update(1)

@@ -13,6 +13,7 @@ import torch
 
 from ..machine import precision as precision_mod
 from . import monitor, scalerhealth
+from .ema import Averaged
 from .fitoptions import Stop
 
 
@@ -119,6 +120,7 @@ class Parts:
     amp: precision_mod.Amp
     device: torch.device
     state: LoopState = field(default_factory=LoopState)
+    ema: Averaged | None = None  # the weights' moving average, when the fit keeps one
 
     def fall_back_to_fp32(self) -> None:
         """Give fp16 up for the rest of the run (its GradScaler with it)."""

@@ -120,6 +120,8 @@ class Resumer:
         p = self.parts
         restore(state, p.model, p.optimizer, p.scheduler, p.amp.scaler, device=p.device)
         p.state = LoopState.from_dict(state["loop"])
+        if p.ema is not None and "ema" in state:  # a checkpoint of a fit without one: the average starts here
+            p.ema.load_state_dict(state["ema"])
         if self.early_stopping is not None and "early_stopping" in state:
             self.early_stopping.load_state_dict(state["early_stopping"])
 

@@ -22,6 +22,7 @@ from ..machine.budget import Unfinished, partial_unwanted
 from ..parallel import ranks
 from . import accel, cudagraph, fitoptions, monitor, probe, schedule, validation
 from .durable import Durable
+from .ema import Averaged, Ema  # noqa: F401 (kk.Ema)
 from .epochs import EpochLoop
 from .fitoptions import Alone, Monitor, Speed, Stop, Watch  # noqa: F401 (kk.Alone, kk.Speed, kk.Monitor)
 from .fitstate import EarlyStopping, FitResult, Parts  # noqa: F401 (kk.EarlyStopping, kk.FitResult)
@@ -46,7 +47,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
         save_every_min: float | None = 20.0, early_stopping: EarlyStopping | None = None,
         on_step_end: Callable | None = None, on_epoch_end: Callable | None = None,
         max_steps: int | None = None, limit_batches: int | None = None, progress: bool = True,
-        monitor: bool | Monitor = True) -> FitResult:
+        monitor: bool | Monitor = True, ema: Ema | None = None) -> FitResult:
     """Train ``model`` and return its history; resumable at any optimizer step.
 
     What to train:
@@ -85,6 +86,8 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
         progress: a bar when watched, a line per epoch in batch runs.
         monitor: a ``Monitor`` (step phases timed, GPUs sampled), True for the defaults,
             False for neither.
+        ema: an ``Ema``: a moving average of the weights beside the training, in every
+            checkpoint, validated on when asked; after the fit ``ema.model``.
     """
     if scheduler_interval not in ("step", "epoch"):
         raise ValueError(f"scheduler_interval={scheduler_interval!r} must be 'step' or 'epoch'")
@@ -98,7 +101,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
     durability = fitoptions.Durability.of(checkpoints, save_every_min, run)
     watch = Watch(early_stopping, on_step_end, on_epoch_end, max_steps, limit_batches, progress,
                   fitoptions.monitor_of(monitor))
-    steps = Steps(epochs, scheduler, scheduler_interval, accumulate, clip_grad_norm)
+    steps = Steps(epochs, scheduler, scheduler_interval, accumulate, clip_grad_norm, ema)
     with _cudnn_benchmark(speed.cudnn_benchmark and device.type == "cuda"):
         result = _fit(model, optimizer, train_loader, loss_fn, run, val_loader, evaluate, device,
                       steps, speed, durability, fitoptions.capped(watch, run.work_cap))
@@ -114,12 +117,14 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
 
 @dataclass(frozen=True)
 class Steps:
-    """What one optimizer step is: the epochs, the schedule, accumulation and clipping."""
+    """What one optimizer step is: the epochs, the schedule, accumulation, clipping and the
+    weights' average it updates."""
     epochs: int
     scheduler: object
     scheduler_interval: str
     accumulate: int
     clip_grad_norm: float | None
+    ema: Ema | None = None
 
 
 def _precision(speed, run: fitoptions.RunOfAFit, device: torch.device):
@@ -140,7 +145,8 @@ def _fit(model, optimizer, train_loader, loss_fn, run: fitoptions.RunOfAFit, val
         model.to(device)  # a walk over every tensor: skipped when all are there (each fit of a search)
     trained = ranks.wrap(model, device, run.place.strategy)
     graphs = cudagraph.for_fit(trained, speed.cuda_graphs, device)
-    parts = Parts(trained, optimizer, steps.scheduler, amp, device)
+    averaged = Averaged(trained, steps.ema) if steps.ema is not None else None
+    parts = Parts(trained, optimizer, steps.scheduler, amp, device, ema=averaged)
     keeper = Durable(parts, durability.checkpoints, config=durability.config,
                      early_stopping=watch.early_stopping, save_frozen=durability.save_frozen)
     stepper = Stepper(parts, loss_fn, accel.Compiled(trained, speed.compile), graphs,

@@ -41,6 +41,8 @@ def validation(parts, evaluate, val_loader, loss_fn, limit_batches,
         if evaluate is None and val_loader is None:
             return {}
         bare = ranks.unwrap(parts.model)
+        if parts.ema is not None and parts.ema.options.validate:
+            bare = parts.ema.module  # the averaged weights: what is submitted
         model = HalvingForward(bare) if oom_backoff else bare
         bare.eval()
         with torch.no_grad(), parts.amp.autocast():

@@ -21,6 +21,7 @@ def main() -> None:
     ap.add_argument("--sleep", type=float, default=0.0)
     ap.add_argument("--save-every", default="0", help="minutes between saves; 'none': epoch ends only")
     ap.add_argument("--device", default="cpu", help="cuda: the GPU check's resume on the card")
+    ap.add_argument("--ema", type=float, default=0.0, help="a moving average of the weights at this decay")
     args = ap.parse_args()
 
     kk.seed_everything(7)
@@ -29,6 +30,8 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     steps = args.epochs * (len(train_set) // 32 // 2)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=1e-2, total_steps=steps)
+
+    ema = kk.Ema(args.ema) if args.ema else None
 
     def announce(state):
         if args.sleep:
@@ -42,10 +45,11 @@ def main() -> None:
                     scheduler=scheduler, accumulate=2, clip_grad_norm=1.0,
                     checkpoints=kk.CheckpointManager(args.ckpt, keep_last=3),
                     save_every_min=None if args.save_every == "none" else float(args.save_every),
-                    on_step_end=announce, progress=False)
+                    on_step_end=announce, progress=False, ema=ema)
     torch.save({"model": {k: v.cpu() for k, v in model.state_dict().items()}, "history": result.history,
                 "resumed_from": result.resumed_from, "stopped": result.stopped,
-                "precision": result.precision}, args.out)
+                "precision": result.precision,
+                "ema": {k: v.cpu() for k, v in ema.model.state_dict().items()} if ema else None}, args.out)
     print(f"done {result.stopped}", flush=True)
 
 
