@@ -169,6 +169,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/tabular_lightgbm.py
 	$(PY) benchmarks/hillclimb.py --metrics rmse,logloss
 	$(PY) benchmarks/llm_engine.py
+	$(PY) benchmarks/cpu_export.py
 	$(PY) benchmarks/hillclimb.py --metrics auc --max-steps 3
 	$(PY) benchmarks/tabular_real.py
 	$(PY) benchmarks/ddp_step.py

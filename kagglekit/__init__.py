@@ -23,7 +23,7 @@ _PARTS = {
              "fallback", "accel", "cudagraph", "guards", "progress", "monitor", "memory", "schedule", "probe",
              "scalerhealth", "batchsize", "ema"],
     "score": ["metrics", "evaluate", "scoring", "hillclimb", "stacking", "choice"],
-    "submit": ["submission", "serving", "rerunplan", "blend", "oofsources"],
+    "submit": ["submission", "serving", "rerunplan", "blend", "oofsources", "export"],
     "run": ["context", "report", "scratch", "unit", "params", "contract", "paths", "splitters", "plots",
             "foldresults", "oofio", "turns", "folds", "workpool", "zoo"],
     "search": ["tune", "sizing", "studyreport", "studystore", "boosting"],

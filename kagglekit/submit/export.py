@@ -1,0 +1,132 @@
+"""A trained model exported for a CPU-only or tight scoring rerun: ``kk.export.export(model, batch,
+folder, threads=4)``.
+
+The model goes to ONNX (torch's exporter, the batch dimension left free), ONNX Runtime runs it,
+and its outputs are checked against torch's on the same batch (the largest difference printed;
+past ``atol`` the export is refused, never silently used). Then both are timed on the CPU at the
+rerun's core count (``threads``: Kaggle's CPU rerun has 4) and the faster is chosen and recorded:
+``Exported`` says which, at how many samples/s, and plans its share of the rerun
+(``submit.rerunplan``) from that measured rate. OpenVINO, where installed, is timed too.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..state import atomic
+from .rerunplan import Planned
+
+
+class ExportError(ValueError):
+    """The model cannot be exported, or its export does not compute what it does."""
+
+
+@dataclass
+class Exported:
+    path: Path  # the .onnx file
+    largest_diff: float  # against torch, on the checking batch
+    rates: dict[str, float] = field(default_factory=dict)  # runtime -> samples/s at ``threads``
+    threads: int = 4
+    chosen: str = "torch"
+
+    def planned(self, name: str, rerun_rows: int) -> Planned:
+        """Predicting ``rerun_rows`` samples in the rerun at the chosen runtime's measured rate."""
+        rate = self.rates[self.chosen]
+        return Planned(name, 1000 / rate, 1000, rerun_rows)
+
+    def describe(self) -> str:
+        others = ", ".join(f"{k} {v:,.0f}/s" for k, v in self.rates.items() if k != self.chosen)
+        return (f"{self.chosen} chosen at {self.rates[self.chosen]:,.0f} samples/s on {self.threads} threads "
+                f"({others}); ONNX against torch: largest difference {self.largest_diff:.2e}")
+
+
+def to_onnx(model: torch.nn.Module, example: torch.Tensor, path: Path | str) -> Path:
+    """``model`` (in eval mode) as an ONNX file, its batch dimension free, written whole or not at all."""
+    if not isinstance(example, torch.Tensor):
+        raise ExportError(f"the example batch is a {type(example).__name__}: export takes one input tensor "
+                          "(a batch of images or spectrograms), on the CPU")
+    path = Path(path)
+    model = model.eval().cpu()
+    batch = torch.export.Dim("batch", min=1)
+    with atomic.atomic_path(path) as tmp, _quiet():
+        torch.onnx.export(model, (example.cpu(),), tmp, dynamo=True, verbose=False, input_names=["x"],
+                          output_names=["y"], dynamic_shapes=({0: batch},), external_data=False)
+    return path
+
+
+def session(path: Path | str, threads: int):
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def export(model: torch.nn.Module, example: torch.Tensor, folder: Path | str, *, threads: int = 4,
+           atol: float = 1e-4, repeats: int = 5, name: str = "model") -> Exported:
+    """Export, check against torch and time both at ``threads`` (see the module)."""
+    path = to_onnx(model, example, Path(folder) / f"{name}.onnx")
+    check = torch.cat([example, example[:1]])  # another batch size than the export's
+    with torch.inference_mode():
+        expected = model(check).numpy()
+    runs = session(path, threads)
+    diff = float(np.abs(runs.run(None, {"x": check.numpy()})[0] - expected).max())
+    print(f"kagglekit export: {path.name}: largest difference from torch {diff:.2e}", flush=True)
+    if not diff <= atol:
+        raise ExportError(f"{path}: ONNX Runtime's outputs differ from torch's by {diff:.3g} (> atol={atol}): "
+                          "not used. An op the exporter maps differently (check the model's custom layers)")
+    rates = {"torch": _rate(lambda: _torch_forward(model, example, threads), len(example), repeats),
+             "onnxruntime": _rate(lambda: runs.run(None, {"x": example.numpy()}), len(example), repeats)}
+    openvino = _openvino(path, threads)
+    if openvino is not None:
+        rates["openvino"] = _rate(lambda: openvino(example.numpy()), len(example), repeats)
+    chosen = max(rates, key=rates.__getitem__)
+    return Exported(path, diff, {k: round(v, 1) for k, v in rates.items()}, threads, chosen)
+
+
+def _torch_forward(model, batch, threads: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            return model(batch)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _rate(forward, samples: int, repeats: int) -> float:
+    """Samples/s: the median of ``repeats`` timed calls after one warm-up."""
+    forward()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        forward()
+        times.append(time.perf_counter() - started)
+    return samples / float(np.median(times))
+
+
+def _openvino(path: Path, threads: int):
+    try:
+        import openvino as ov
+    except ImportError:
+        return None
+    compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_NUM_THREADS": threads})
+    return lambda x: compiled(x)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The exporter's progress lines and its torchvision notes carry nothing for the user."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(None):
+            yield
+    finally:
+        logger.setLevel(level)
