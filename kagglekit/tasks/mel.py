@@ -32,6 +32,8 @@ def mel_filters(n_freqs: int, n_mels: int, sample_rate: int, fmin: float, fmax: 
 
 class LogMel(torch.nn.Module):
     """``(N, samples)`` waveforms -> ``(N, 1, n_mels, frames)`` log-mel images, in dB below the peak."""
+    window: torch.Tensor  # buffers: they follow the module to the batch's device
+    filters: torch.Tensor
 
     def __init__(self, sample_rate: int = 32000, n_fft: int = 2048, hop: int = 512, n_mels: int = 128,
                  fmin: float = 50.0, fmax: float | None = 14000.0, top_db: float = 80.0):
