@@ -18,7 +18,7 @@ _PARTS = {
     "state": ["atomic", "rng", "space", "keys", "reads", "identity", "cache", "snapshot", "found", "checkpoint",
               "published"],
     "readers": ["tiff", "volumecache", "volumes", "csvfile", "graphsets", "timeseries", "windows", "tables",
-                "datasets", "graph", "textsets", "manpages", "pretrained", "competition", "playground"],
+                "datasets", "graph", "textsets", "images", "manpages", "pretrained", "competition", "playground"],
     "loop": ["train", "epochs", "step", "halving", "fitoptions", "fitstate", "durable", "resuming", "restarts",
              "fallback", "accel", "cudagraph", "guards", "progress", "monitor", "memory", "schedule", "probe",
              "scalerhealth", "batchsize", "ema"],

@@ -1,0 +1,203 @@
+"""Image competitions as Kaggle ships them: ``train.csv`` (an id or a path, the label) beside an
+image folder, or class sub-folders without a table; ``test_images/`` (or ``test/``) and
+``sample_submission.csv`` (a label column, or a probability column per class).
+
+What the reader copes with, because real competitions do it (each in ``write_competition``'s
+stand-in): ids without their extension in train.csv and files in mixed formats (``.png``,
+``.jpg``, ``.JPG``); images of mixed sizes, greyscale, RGB and RGBA (decoded to RGB at one size);
+extra columns in train.csv; an id in train.csv whose file is missing (dropped and said, never a
+crash at hour three). Decoding is what starves a T4 on Kaggle's 4 vCPUs: ``decode_all`` decodes
+each image once, resized, into one uint8 array (a unit's cached result: the next version decodes
+nothing), in worker processes.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..state import atomic
+from . import csvfile
+
+EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
+TRAIN_FOLDERS, TEST_FOLDERS = ("train_images", "train", "images"), ("test_images", "test")
+
+
+class ImageDataError(ValueError):
+    """A competition folder that does not hold what an image competition needs."""
+
+
+@dataclass
+class ImageCompetition:
+    folder: Path
+    paths: list[Path]  # each training image, in train.csv's order (missing files dropped)
+    labels: np.ndarray  # class indices, in the order of ``paths``
+    classes: list  # the class labels in the competition's words, sorted
+    test_paths: list[Path]
+    test_ids: list[str]  # sample_submission.csv's ids, in its order
+    id_column: str
+    sample: Path
+    wants: str  # "label" or "probabilities"
+    dropped: list[str] = field(default_factory=list)  # ids in train.csv without a file
+
+    def submission(self, probs: np.ndarray, target: str = "label"):
+        """The sample's table filled in: the most probable class in the competition's words, or
+        each class's probability."""
+        import pandas as pd
+        frame = pd.DataFrame({self.id_column: self.test_ids})
+        if self.wants == "label":
+            frame[target] = [self.classes[i] for i in np.asarray(probs).argmax(1)]
+        else:
+            for k, name in enumerate(self.classes):
+                frame[str(name)] = np.asarray(probs)[:, k]
+        return frame
+
+
+def read_competition(folder: Path | str, target_column: str = "label", id_column: str = "") -> ImageCompetition:
+    """The competition in ``folder`` (see the module)."""
+    folder = Path(folder)
+    sample = _one(folder, "sample_submission.csv")
+    schema = csvfile.read(sample)
+    ids_col = id_column or str(schema.columns[0])
+    wants = "label" if len(schema.columns) == 2 else "probabilities"
+    test_dir = _folder(folder, TEST_FOLDERS)
+    test_ids = schema[ids_col].astype(str).tolist()
+    test_paths = [_image(test_dir, i) for i in test_ids]
+    if any(p is None for p in test_paths):
+        missing = [i for i, p in zip(test_ids, test_paths) if p is None][:5]
+        raise ImageDataError(f"{test_dir}: no image for sample_submission.csv's ids {missing}: the submission "
+                             "needs every one")
+    if (folder / "train.csv").exists():
+        paths, names, dropped = _from_table(folder, target_column, ids_col)
+    else:
+        paths, names, dropped = _from_subfolders(_folder(folder, TRAIN_FOLDERS))
+    classes = sorted(set(names), key=str)
+    index = {c: k for k, c in enumerate(classes)}
+    if dropped:
+        warnings.warn(f"{len(dropped)} ids in train.csv have no image file (dropped): {dropped[:5]}", stacklevel=2)
+    return ImageCompetition(folder, paths, np.array([index[n] for n in names]), classes,
+                            [p for p in test_paths if p is not None], test_ids, ids_col, sample, wants, dropped)
+
+
+def _from_table(folder: Path, target_column: str, id_column: str):
+    table = csvfile.read(folder / "train.csv")
+    if target_column not in table.columns:
+        raise ImageDataError(f"train.csv has no column {target_column!r} (target_column); its columns: "
+                             f"{', '.join(map(str, table.columns))}")
+    key = id_column if id_column in table.columns else str(table.columns[0])
+    images = _folder(folder, TRAIN_FOLDERS)
+    found = [_image(images, str(v)) for v in table[key]]
+    keep = [p is not None for p in found]
+    dropped = [str(v) for v, k in zip(table[key], keep) if not k]
+    return [p for p in found if p is not None], table[target_column][keep].tolist(), dropped
+
+
+def _from_subfolders(images: Path):
+    paths, names = [], []
+    for sub in sorted(p for p in images.iterdir() if p.is_dir()):
+        for path in sorted(sub.iterdir()):
+            if path.suffix.lower() in EXTENSIONS:
+                paths.append(path)
+                names.append(sub.name)
+    if not paths:
+        raise ImageDataError(f"{images}: no train.csv beside it and no class sub-folders of images in it")
+    return paths, names, []
+
+
+def _one(folder: Path, name: str) -> Path:
+    if not (folder / name).exists():
+        raise ImageDataError(f"{folder} has no {name}: an image competition's folder holds train.csv (or class "
+                             f"sub-folders), its images and {name}")
+    return folder / name
+
+
+def _folder(root: Path, names: tuple[str, ...]) -> Path:
+    for name in names:
+        if (root / name).is_dir():
+            return root / name
+    raise ImageDataError(f"{root} has none of the image folders {', '.join(names)}")
+
+
+def _image(folder: Path, name: str) -> Path | None:
+    """The file of id or path ``name``: as given, else with any known extension in any case."""
+    given = folder / name
+    if given.suffix.lower() in EXTENSIONS and given.exists():
+        return given
+    for ext in EXTENSIONS:
+        for candidate in (folder / f"{name}{ext}", folder / f"{name}{ext.upper()}"):
+            if candidate.exists():
+                return candidate
+    return None
+
+
+def decode(path: Path | str, size: int) -> np.ndarray:
+    """One image as (size, size, 3) uint8 RGB: greyscale and alpha dropped to RGB, resized."""
+    from PIL import Image
+    with Image.open(path) as image:
+        return np.asarray(image.convert("RGB").resize((size, size), Image.Resampling.BILINEAR), dtype=np.uint8)
+
+
+def decode_all(paths: list[Path], size: int, workers: int = 1) -> np.ndarray:
+    """Every image decoded and resized once, as one (N, size, size, 3) uint8 array."""
+    if workers <= 1:
+        return np.stack([decode(p, size) for p in paths]) if paths else np.zeros((0, size, size, 3), np.uint8)
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+        return np.stack(list(pool.map(decode, paths, [size] * len(paths), chunksize=64)))
+
+
+def write_competition(folder: Path | str, test_share: float = 0.25, seed: int = 0,
+                      probabilities: bool = False) -> Path:
+    """scikit-learn's bundled handwritten digits (1,797 real 8x8 scans, UCI) as an image
+    competition, with every quirk of the module's list: ids without extension, most PNG, some
+    ``.jpg`` and ``.JPG``; sides from 16 to 40 pixels, some not square; greyscale, RGB (tinted)
+    and RGBA; labels as words; an extra ``writer`` column; three ids without a file. Written
+    whole or not at all, once; ``solution.csv`` holds the test labels."""
+    folder = Path(folder)
+    if (folder / "sample_submission.csv").exists():
+        return folder
+    with atomic.atomic_folder(folder) as partial:
+        _write_digits(partial, test_share, seed, probabilities)
+    return folder
+
+
+WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+
+
+def _write_digits(out: Path, test_share: float, seed: int, probabilities: bool) -> None:
+    import pandas as pd
+    from PIL import Image
+    from sklearn.datasets import load_digits
+    digits, rng = load_digits(), np.random.default_rng(seed)
+    order = rng.permutation(len(digits.target))
+    n_test = int(len(order) * test_share)
+    (out / "train_images").mkdir()
+    (out / "test_images").mkdir()
+    rows = []
+    for rank, i in enumerate(order):
+        grey = (digits.images[i] * (255 / 16)).astype(np.uint8)
+        side = int(rng.integers(16, 41))
+        image = Image.fromarray(grey, "L").resize((side, side + int(rng.integers(0, 3)) * (rank % 5 == 0)))
+        mode = ("RGB", "RGBA", "L")[rank % 3]
+        if mode != "L":  # tinted: a colour scan of the same digit
+            image = Image.merge("RGB", [image.point(lambda v, k=k: int(v * k)) for k in (1.0, 0.8, 0.6)])
+            image = image.convert(mode)
+        ext = ".jpg" if rank % 7 == 0 else ".JPG" if rank % 11 == 0 else ".png"
+        split = "test" if rank < n_test else "train"
+        image_id = f"d{i:04d}"
+        image.convert("RGB" if ext != ".png" else image.mode).save(out / f"{split}_images" / f"{image_id}{ext}")
+        rows.append({"image_id": image_id, "label": WORDS[digits.target[i]], "writer": f"w{i % 43:02d}",
+                     "split": split})
+    frame = pd.DataFrame(rows)
+    train, test = frame[frame.split == "train"], frame[frame.split == "test"]
+    missing = pd.DataFrame({"image_id": ["d9997", "d9998", "d9999"], "label": ["one", "two", "three"],
+                            "writer": ["w00"] * 3})
+    pd.concat([train[["image_id", "label", "writer"]], missing]).to_csv(out / "train.csv", index=False)
+    sample = test[["image_id"]].copy()
+    for name in (WORDS if probabilities else ["label"]):
+        sample[name] = 0.1 if probabilities else "zero"
+    sample.to_csv(out / "sample_submission.csv", index=False)
+    test[["image_id", "label"]].to_csv(out / "solution.csv", index=False)

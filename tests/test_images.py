@@ -1,0 +1,55 @@
+"""Image competitions (kagglekit/readers/images.py) on real public images: scikit-learn's bundled
+handwritten digits (1,797 8x8 scans, UCI) written as a competition folder with every quirk of the
+reader's list, read back, decoded once and scored by a plain SVC on the same split."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from kagglekit.readers import images
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    return images.write_competition(tmp_path_factory.mktemp("digits") / "digits")
+
+
+def test_the_folder_is_read_with_its_quirks(digits):
+    with pytest.warns(UserWarning, match="3 ids in train.csv have no image file"):
+        comp = images.read_competition(digits)
+    assert comp.dropped == ["d9997", "d9998", "d9999"] and comp.classes == sorted(images.WORDS)
+    suffixes = {p.suffix for p in comp.paths}
+    assert suffixes == {".png", ".jpg", ".JPG"} and len(comp.paths) + len(comp.test_paths) == 1797
+    assert comp.wants == "label" and comp.test_ids == pd.read_csv(digits / "sample_submission.csv")["image_id"].tolist()
+    modes = {images.decode(p, 20).shape for p in comp.paths[:30]}
+    assert modes == {(20, 20, 3)}  # greyscale, RGB, RGBA, any side: one shape
+
+
+def test_decoded_once_the_images_keep_what_a_plain_svc_reads(digits):
+    """The reference an image notebook is held to: an SVC on the decoded pixels, the same split."""
+    from sklearn.svm import SVC
+    with pytest.warns(UserWarning):
+        comp = images.read_competition(digits)
+    train = images.decode_all(comp.paths, 16, workers=2).reshape(len(comp.paths), -1) / 255.0
+    test = images.decode_all(comp.test_paths, 16).reshape(len(comp.test_paths), -1) / 255.0
+    truth = pd.read_csv(digits / "solution.csv").set_index("image_id").loc[comp.test_ids, "label"]
+    predicted = [comp.classes[k] for k in SVC(gamma="scale").fit(train, comp.labels).predict(test)]
+    accuracy = float(np.mean(np.array(predicted) == truth.to_numpy()))
+    print(f"SVC on the decoded digits (16x16 RGB): test accuracy {accuracy:.4f} on {len(test)} images")
+    assert accuracy > 0.95
+    submission = comp.submission(np.eye(10)[[comp.classes.index(p) for p in predicted]])
+    assert submission.columns.tolist() == ["image_id", "label"] and submission["label"].tolist() == predicted
+
+
+def test_class_subfolders_without_a_table_and_clear_refusals(tmp_path, digits):
+    import shutil
+    shutil.copytree(digits / "test_images", tmp_path / "c" / "test_images")
+    shutil.copy(digits / "sample_submission.csv", tmp_path / "c")
+    for k, path in enumerate(sorted((digits / "train_images").iterdir())[:20]):
+        (tmp_path / "c" / "train" / ("cat" if k % 2 else "dog")).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, tmp_path / "c" / "train" / ("cat" if k % 2 else "dog"))
+    comp = images.read_competition(tmp_path / "c")
+    assert comp.classes == ["cat", "dog"] and len(comp.paths) == 20
+    with pytest.raises(images.ImageDataError, match="no column 'digit'"):
+        images.read_competition(digits, target_column="digit")
+    with pytest.raises(images.ImageDataError, match="has no sample_submission.csv"):
+        images.read_competition(tmp_path)
