@@ -284,3 +284,17 @@ def test_a_peer_s_lost_connection_read_before_a_restart_request_still_restarts()
     supervisor = forked._Supervisor([_Quiet(), _Quiet()], [r for r, _ in pipes], "rank", heartbeat.Watch(2, 60))
     with pytest.raises(forked.LaunchError, match="a bug in the rank"):
         supervisor.run(timeout_s=5)
+
+
+def test_a_function_reading_an_attribute_named_classes_beside_torch_is_sent():
+    """cloudpickle sends the sub-modules a function can reach by attribute name; torch registers
+    torch.classes, no module, in sys.modules, so a launched function using torch and `data.classes`
+    could not be sent ("cannot pickle '_Classes' object"). It now travels by its name."""
+    import types as _types
+
+    from kagglekit.parallel import forkserver
+    namespace = {"torch": torch}
+    exec("def count(data):\n    return torch.tensor(len(data.classes))\n", namespace)
+    count = _types.FunctionType(namespace["count"].__code__, namespace, "count")
+    sent = forkserver.unpack(forkserver.pack(count))
+    assert int(sent(_types.SimpleNamespace(classes=["a", "b", "c"]))) == 3

@@ -28,7 +28,7 @@ def test_every_notebook_is_under_250_logic_lines(capsys):
     counts = {p.stem: logic_lines(p) for p in NOTEBOOKS}
     with capsys.disabled():
         print("\nlogic lines: " + ", ".join(f"{n} {c}" for n, c in sorted(counts.items(), key=lambda x: -x[1])))
-    assert len(counts) == 10 and all(c > 20 for c in counts.values())  # the counter reads them
+    assert len(counts) == len(NOTEBOOKS) >= 11 and all(c > 20 for c in counts.values())  # the counter reads them
     assert {n: c for n, c in counts.items() if c >= MAX_LOGIC_LINES} == {}
 
 

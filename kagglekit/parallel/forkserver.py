@@ -23,10 +23,12 @@ named with the fix before any process starts (``Unsendable``).
 """
 from __future__ import annotations
 
+import importlib
 import io
 import multiprocessing as mp
 import os
 import sys
+import types
 from multiprocessing import context as mp_context, forkserver as mp_forkserver, popen_forkserver, util as mp_util
 
 try:
@@ -117,10 +119,34 @@ class Process(mp_context.ForkServerProcess):
         return _Popen(process_obj)
 
 
+class _Pickler(cloudpickle.CloudPickler):
+    """cloudpickle, plus: an object a library registered in ``sys.modules`` that is not a plain
+    module (``torch.classes``, a ModuleType subclass cloudpickle's table of types misses) travels
+    by its name. cloudpickle sends the "sub-modules" a function can
+    reach by attribute, so any launched function that uses torch and an attribute named
+    ``classes`` (``data.classes``) failed with "cannot pickle '_Classes' object"."""
+
+    def __init__(self, file, protocol=None):
+        super().__init__(file, protocol=protocol)
+        self.registered = _registered_non_modules()  # once per payload: sys.modules holds thousands
+
+    def reducer_override(self, obj):
+        name = self.registered.get(id(obj))
+        if name is not None:
+            return importlib.import_module, (name,)
+        return super().reducer_override(obj)
+
+
+def _registered_non_modules() -> dict[int, str]:
+    return {id(m): n for n, m in list(sys.modules.items()) if m is not None and type(m) is not types.ModuleType}
+
+
 def pack(obj, what: str = "launch()") -> bytes:
     """``obj`` as bytes another process can load, by value where the notebook defined it."""
     try:
-        payload = cloudpickle.dumps(obj, protocol=5)
+        buffer = io.BytesIO()
+        _Pickler(buffer, protocol=5).dump(obj)
+        payload = buffer.getvalue()
     except Exception as err:  # noqa: BLE001 - any pickling failure is the user's object
         raise Unsendable(_unsendable(obj, what, err)) from None
     if len(payload) > LARGE_BYTES:

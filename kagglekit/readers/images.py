@@ -164,7 +164,7 @@ def write_competition(folder: Path | str, test_share: float = 0.25, seed: int = 
     return folder
 
 
-WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 
 def _write_digits(out: Path, test_share: float, seed: int, probabilities: bool) -> None:
@@ -197,7 +197,7 @@ def _write_digits(out: Path, test_share: float, seed: int, probabilities: bool) 
                             "writer": ["w00"] * 3})
     pd.concat([train[["image_id", "label", "writer"]], missing]).to_csv(out / "train.csv", index=False)
     sample = test[["image_id"]].copy()
-    for name in (WORDS if probabilities else ["label"]):
+    for name in (list(WORDS) if probabilities else ["label"]):
         sample[name] = 0.1 if probabilities else "zero"
     sample.to_csv(out / "sample_submission.csv", index=False)
     test[["image_id", "label"]].to_csv(out / "solution.csv", index=False)
