@@ -106,6 +106,20 @@ def roc_auc(scores, labels) -> float:
     return float(roc_auc_score(y, _numpy(scores)))
 
 
+def macro_roc_auc(scores, labels) -> float:
+    """BirdCLEF's metric (2024-2025): ROC AUC of each class (column) that has a positive in
+    ``labels`` (N, C), averaged; classes without one are skipped, not scored 0.5. Soft labels
+    (a secondary species' 0.5) count as positive. NaN when no class has both kinds."""
+    from sklearn.metrics import roc_auc_score
+    y, s = _numpy(labels) > 0, _numpy(scores)
+    if y.ndim != 2 or s.shape != y.shape:
+        raise ValueError(f"macro_roc_auc takes (rows, classes) scores and labels: got {s.shape} and {y.shape}")
+    scored = [k for k in range(y.shape[1]) if 0 < y[:, k].sum() < len(y)]
+    if not scored:
+        return float("nan")
+    return float(np.mean([roc_auc_score(y[:, k], s[:, k]) for k in scored]))
+
+
 def f1_at(scores, labels, threshold: float) -> float:
     """F1 of the positive class when ``scores >= threshold`` is called positive."""
     from sklearn.metrics import f1_score

@@ -241,13 +241,20 @@ class CheckpointManager:
     def best(self) -> Found | None:
         return self._best(self.candidates())
 
-    def restore_best(self, model) -> Found:
-        """Put the best checkpoint's weights (by ``monitor``, else the newest) into ``model``."""
+    def restore_best(self, model, averaged: bool = False) -> Found:
+        """Put the best checkpoint's weights (by ``monitor``, else the newest) into ``model``;
+        ``averaged``: the moving average's (``fit(..., ema=)``), refused when the fit kept none."""
         found = self.best() or next(iter(self.candidates()), None)
         if found is None:
             raise FileNotFoundError(f"no checkpoint under {self.directory} to restore")
         state = load(found)
-        load_model_state(model, state["model"], state.get("model_part", "all"))
+        if not averaged:
+            load_model_state(model, state["model"], state.get("model_part", "all"))
+        elif "ema" not in state:
+            raise ValueError(f"{found.path}: its fit kept no moving average (fit(..., ema=kk.Ema(...))): "
+                             "restore_best(model) takes the training's own weights")
+        else:  # AveragedModel's state: the bare model's under "module.", and its count of updates
+            model.load_state_dict({k[len("module."):]: v for k, v in state["ema"].items() if k.startswith("module.")})
         return found
 
     def load_latest(self, map_location="cpu") -> tuple[Found, dict] | None:

@@ -7,12 +7,15 @@ past ``atol`` the export is refused, never silently used). Then both are timed o
 rerun's core count (``threads``: Kaggle's CPU rerun has 4) and the faster is chosen and recorded:
 ``Exported`` says which, at how many samples/s, and plans its share of the rerun
 (``submit.rerunplan``) from that measured rate. OpenVINO, where installed, is timed too.
+``export_all`` does it for a fold's models each: timed once, exported only when torch is not the
+faster. ``Exported.runner`` predicts by the chosen runtime.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +42,17 @@ class Exported:
         """Predicting ``rerun_rows`` samples in the rerun at the chosen runtime's measured rate."""
         rate = self.rates[self.chosen]
         return Planned(name, 1000 / rate, 1000, rerun_rows)
+
+    def runner(self, model: torch.nn.Module):
+        """``f(batch as a NumPy array) -> outputs``, by the chosen runtime at ``threads`` (``model``:
+        the torch module the export came from, used when torch was the faster)."""
+        if self.chosen == "onnxruntime":
+            runs = session(self.path, self.threads)
+            return lambda x: runs.run(None, {"x": np.ascontiguousarray(x)})[0]
+        if self.chosen == "openvino":
+            compiled = _openvino(self.path, self.threads)
+            return lambda x: np.asarray(compiled(x)[0])
+        return lambda x: _torch_forward(model, torch.from_numpy(np.ascontiguousarray(x)), self.threads).numpy()
 
     def describe(self) -> str:
         others = ", ".join(f"{k} {v:,.0f}/s" for k, v in self.rates.items() if k != self.chosen)
@@ -80,6 +94,8 @@ def export(model: torch.nn.Module, example: torch.Tensor, folder: Path | str, *,
     if not diff <= atol:
         raise ExportError(f"{path}: ONNX Runtime's outputs differ from torch's by {diff:.3g} (> atol={atol}): "
                           "not used. An op the exporter maps differently (check the model's custom layers)")
+    if repeats == 0:  # checked, not timed (another of export_all's models)
+        return Exported(path, diff, {}, threads, "onnxruntime")
     rates = {"torch": _rate(lambda: _torch_forward(model, example, threads), len(example), repeats),
              "onnxruntime": _rate(lambda: runs.run(None, {"x": example.numpy()}), len(example), repeats)}
     openvino = _openvino(path, threads)
@@ -87,6 +103,23 @@ def export(model: torch.nn.Module, example: torch.Tensor, folder: Path | str, *,
         rates["openvino"] = _rate(lambda: openvino(example.numpy()), len(example), repeats)
     chosen = max(rates, key=rates.__getitem__)
     return Exported(path, diff, {k: round(v, 1) for k, v in rates.items()}, threads, chosen)
+
+
+def export_all(models: dict[str, torch.nn.Module], example: torch.Tensor, folder: Path | str, *,
+               threads: int = 4, atol: float = 1e-4) -> dict[str, Exported]:
+    """Models of one architecture (a fold's each), exported for the rerun: the first exported and
+    timed; when torch is the faster, the others stay torch modules (no file to write); else each
+    is exported and checked too, and carries the first one's rates and choice."""
+    names = list(models)
+    first = export(models[names[0]], example, folder, threads=threads, atol=atol, name=names[0])
+    out = {names[0]: first}
+    for name in names[1:]:
+        if first.chosen == "torch":
+            out[name] = Exported(first.path, first.largest_diff, first.rates, threads, "torch")  # path unused
+        else:
+            checked = export(models[name], example, folder, threads=threads, atol=atol, repeats=0, name=name)
+            out[name] = Exported(checked.path, checked.largest_diff, first.rates, threads, first.chosen)
+    return out
 
 
 def _torch_forward(model, batch, threads: int):
@@ -121,12 +154,14 @@ def _openvino(path: Path, threads: int):
 
 @contextlib.contextmanager
 def _quiet():
-    """The exporter's progress lines and its torchvision notes carry nothing for the user."""
+    """The exporter's progress lines, its torchvision notes and torch's deprecations met inside it
+    carry nothing for the user."""
     logger = logging.getLogger("torch.onnx")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        with contextlib.redirect_stdout(None):
+        with contextlib.redirect_stdout(None), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch's own deprecations, met inside the exporter
             yield
     finally:
         logger.setLevel(level)

@@ -53,3 +53,23 @@ class LogMel(torch.nn.Module):
         db = 10.0 * torch.log10(mel.clamp_min(1e-10))
         floor = db.amax(dim=(1, 2), keepdim=True) - self.top_db
         return torch.maximum(db, floor).unsqueeze(1)
+
+
+def mask(spectrograms: torch.Tensor, time_masks: int = 2, time_width: float = 0.1, freq_masks: int = 2,
+         freq_width: float = 0.1) -> torch.Tensor:
+    """SpecAugment's masks (Park et al. 2019) on ``(N, C, mels, frames)``: per sample, bands of up to
+    ``freq_width`` of the mels and stretches of up to ``time_width`` of the frames set to the
+    sample's mean, drawn from torch's global CPU generator (saved in the kit's checkpoints: a
+    resumed fit draws the same masks). Training only."""
+    n, _, mels, frames = spectrograms.shape
+    keep = torch.ones(n, 1, mels, frames, dtype=torch.bool)
+    for count, width, size, axis in ((freq_masks, freq_width, mels, 2), (time_masks, time_width, frames, 3)):
+        for _ in range(count):
+            length = (torch.rand(n) * width * size).long()
+            start = (torch.rand(n) * (size - length + 1)).long()
+            at = torch.arange(size).unsqueeze(0)
+            band = (at >= start.unsqueeze(1)) & (at < (start + length).unsqueeze(1))  # (N, size)
+            keep &= ~(band.view(n, 1, size, 1) if axis == 2 else band.view(n, 1, 1, size))
+    keep = keep.to(spectrograms.device)
+    mean = spectrograms.mean(dim=(1, 2, 3), keepdim=True)
+    return torch.where(keep, spectrograms, mean)

@@ -218,7 +218,8 @@ def prepare(work: Path, names: list[str], jobs: int = 1, data: Path | None = Non
     extras = sorted({w for n in names
                      for w in metadata.load(Path("kernel-metadata") / f"{n}.json").get("wheels", [])})
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-    return Bench(work, jupyter, kit_wheel, wheels.build_dataset(work / "wheels", OWNER, kit_wheel, extras),
+    dataset = wheels.build_dataset(work / "wheels", OWNER, kit_wheel, extras, wheels.target_of(python))
+    return Bench(work, jupyter, kit_wheel, dataset,
                  threads, Path(data) if data is not None else None)
 
 

@@ -66,9 +66,18 @@ def _wheels_of(folder: Path, package: str, version: str) -> list[Path]:
     return sorted(p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix))
 
 
-def fetch(packages: list[str], folder: Path) -> dict[str, Path]:
-    """Each package's pinned wheel for Kaggle's interpreter in ``folder`` (pure-Python or
-    manylinux, no dependencies: the image has those); already there, it is not fetched again."""
+def target_of(python: Path | str) -> list[str]:
+    """pip's target options for the interpreter ``python`` (the sandbox's, which is not Kaggle's
+    3.12: a compiled wheel for 3.12 does not install there)."""
+    tag = subprocess.run([str(python), "-c", "import sys; print(f'{sys.version_info[0]}{sys.version_info[1]}')"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    return ["--python-version", f"{tag[0]}.{tag[1:]}", "--implementation", "cp", "--abi", f"cp{tag}",
+            *KAGGLE_TARGET[KAGGLE_TARGET.index("--platform"):]]
+
+
+def fetch(packages: list[str], folder: Path, target: list[str] = KAGGLE_TARGET) -> dict[str, Path]:
+    """Each package's pinned wheel for Kaggle's interpreter (``target``) in ``folder`` (pure-Python
+    or manylinux, no dependencies: the image has those); already there, it is not fetched again."""
     folder.mkdir(parents=True, exist_ok=True)
     found = {}
     for package in packages:
@@ -76,7 +85,7 @@ def fetch(packages: list[str], folder: Path) -> dict[str, Path]:
         have = _wheels_of(folder, package, version)
         if not have:
             done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                                   "--only-binary=:all:", *KAGGLE_TARGET, "-d", str(folder),
+                                   "--only-binary=:all:", *target, "-d", str(folder),
                                    f"{package}=={version}"],
                                   capture_output=True, text=True)
             have = _wheels_of(folder, package, version)
@@ -87,14 +96,15 @@ def fetch(packages: list[str], folder: Path) -> dict[str, Path]:
     return found
 
 
-def build_dataset(folder: Path, owner: str, kit_wheel: Path, packages: list[str]) -> Path:
-    """``folder`` as a Kaggle dataset: the kit's wheel, the extras' wheels, its metadata."""
+def build_dataset(folder: Path, owner: str, kit_wheel: Path, packages: list[str],
+                  target: list[str] = KAGGLE_TARGET) -> Path:
+    """``folder`` as a Kaggle dataset: the kit's wheel, the extras' wheels (for ``target``), its metadata."""
     import shutil
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("kagglekit-*.whl"):
         old.unlink()
     shutil.copy2(kit_wheel, folder / kit_wheel.name)
-    fetch(packages, folder)
+    fetch(packages, folder, target)
     (folder / "dataset-metadata.json").write_text(json.dumps(
         {"title": TITLE, "id": f"{owner}/{SLUG}", "licenses": [{"name": "other"}],
          "description": "Wheels kagglekit notebooks install offline (make push keeps it)."},

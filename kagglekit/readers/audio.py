@@ -1,0 +1,169 @@
+"""Animal-sound competitions as BirdCLEF ships them (2021-2025): ``train.csv`` (``primary_label``,
+``secondary_labels``, ``filename``) beside ``train_audio/<label>/<file>.ogg``, ``taxonomy.csv``,
+one-minute ``test_soundscapes/*.ogg`` and ``sample_submission.csv``: a ``row_id`` per 5-second
+window (``<soundscape>_<end second>``) and a probability column per species.
+
+What the reader copes with, because the real files do it (each in ``audiosynth``'s stand-in):
+labels that are eBird codes beside numeric iNaturalist ids (``"1139490"``: read as text, never as
+numbers, or the columns no longer match); ``secondary_labels`` as Python list strings, empty as
+``[]`` or ``['']``, naming species outside the taxonomy (dropped, counted); species of the
+taxonomy without a recording; recordings shorter than a window and others minutes long; extra
+columns (``type``, ``rating``, ``author``, ``url``...); a ``filename`` whose file is missing
+(dropped and said); and a public ``test_soundscapes/`` that is empty: the hidden soundscapes
+replace it only in the scoring rerun, so a version that finds none writes the header alone.
+
+Audio is decoded by libsndfile (``soundfile``, in Kaggle's image): Ogg Vorbis, FLAC, WAV; stereo
+is averaged to mono and another sample rate resampled (``scipy.signal.resample_poly``). Decoded
+windows are stored as int16: half of float32's bytes, and 96 dB of range above Vorbis's own loss.
+"""
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import csvfile
+
+SAMPLE_RATE = 32000  # BirdCLEF's, every year
+WINDOW_S = 5  # the scored window
+AUDIO = (".ogg", ".flac", ".wav", ".mp3")
+
+
+class AudioDataError(ValueError):
+    """A competition folder that does not hold what a BirdCLEF-style competition needs."""
+
+
+@dataclass
+class AudioCompetition:
+    folder: Path
+    classes: list[str]  # sample_submission.csv's probability columns, in its order
+    clips: list[Path]  # each training recording, in train.csv's order (missing files dropped)
+    primary: np.ndarray  # the class index of each clip's primary label
+    secondary: list[list[int]]  # the class indices of each clip's background species
+    soundscapes: list[Path]  # test_soundscapes/, sorted (empty in the public data)
+    sample: Path
+    dropped: list[str] = field(default_factory=list)  # filenames in train.csv without a file (the caller says so)
+    unknown_secondary: int = 0  # secondary labels outside the submission's columns (dropped)
+
+    def targets(self, secondary_weight: float = 0.5) -> np.ndarray:
+        """(clips, classes) float32: 1 for the primary label, ``secondary_weight`` for the
+        background species (weak labels: the recordist heard them somewhere in the clip)."""
+        out = np.zeros((len(self.clips), len(self.classes)), np.float32)
+        for row, others in enumerate(self.secondary):
+            out[row, others] = secondary_weight
+        out[np.arange(len(self.clips)), self.primary] = 1.0
+        return out
+
+    def submission(self, row_ids: list[str], probs: np.ndarray):
+        """The sample's columns filled in: ``row_id`` and a probability per species."""
+        import pandas as pd
+        frame = pd.DataFrame(np.asarray(probs, np.float64).reshape(len(row_ids), len(self.classes)),
+                             columns=self.classes)
+        frame.insert(0, "row_id", row_ids)
+        return frame
+
+
+def read_competition(folder: Path | str) -> AudioCompetition:
+    """The competition in ``folder`` (see the module)."""
+    folder = Path(folder)
+    for name in ("train.csv", "sample_submission.csv"):
+        if not (folder / name).exists():
+            raise AudioDataError(f"{folder} has no {name}: a BirdCLEF-style folder holds train.csv, "
+                                 "train_audio/, test_soundscapes/ and sample_submission.csv")
+    sample = folder / "sample_submission.csv"
+    columns = [str(c) for c in csvfile.read(sample, rows_needed=False, nrows=0, dtype=str).columns]
+    if columns[:1] != ["row_id"] or len(columns) < 3:
+        raise AudioDataError(f"{sample}: its columns are {columns[:4]}...: expected row_id, then a probability "
+                             "column per species")
+    classes = columns[1:]
+    index = {c: k for k, c in enumerate(classes)}
+    table = csvfile.read(folder / "train.csv", dtype=str, keep_default_na=False)
+    for needed in ("primary_label", "filename"):
+        if needed not in table.columns:
+            raise AudioDataError(f"train.csv has no column {needed!r}; its columns: {', '.join(table.columns)}")
+    unknown = sorted(set(table.primary_label) - set(index))
+    if unknown:
+        raise AudioDataError(f"train.csv's primary_label {unknown[:5]} are not columns of sample_submission.csv: "
+                             "the submission could not score them (is it the same competition's sample?)")
+    audio = folder / "train_audio"
+    exists = [(audio / name).exists() for name in table.filename]
+    dropped = [name for name, ok in zip(table.filename, exists) if not ok]
+    table = table[exists]
+    secondary, unknown_secondary = [], 0
+    for text in table.get("secondary_labels", [""] * len(table)):
+        names = parse_labels(text)
+        secondary.append([index[n] for n in names if n in index])
+        unknown_secondary += sum(n not in index for n in names)
+    test = folder / "test_soundscapes"
+    soundscapes = sorted(p for p in test.iterdir() if p.suffix.lower() in AUDIO) if test.is_dir() else []
+    return AudioCompetition(folder, classes, [audio / n for n in table.filename],
+                            np.array([index[p] for p in table.primary_label], np.int64), secondary, soundscapes,
+                            sample, dropped, unknown_secondary)
+
+
+def parse_labels(text: str) -> list[str]:
+    """A ``secondary_labels`` cell as its labels: ``"['a', 'b']"`` -> ["a", "b"]; ``"[]"``,
+    ``"['']"`` and an empty cell -> []. Never ``eval``: ``ast.literal_eval`` reads literals only."""
+    text = str(text).strip()
+    if not text:
+        return []
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError) as err:
+        raise AudioDataError(f"secondary_labels {text[:60]!r} is not a list of labels like \"['a', 'b']\"") from err
+    return [str(v) for v in (value if isinstance(value, (list, tuple)) else [value]) if str(v)]
+
+
+def decode(path: Path | str, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """One recording as mono float32 at ``sample_rate`` (see the module)."""
+    import soundfile
+    data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+    wave = data.mean(axis=1)
+    if rate != sample_rate:
+        from scipy.signal import resample_poly
+        g = math.gcd(int(rate), int(sample_rate))
+        wave = resample_poly(wave, sample_rate // g, int(rate) // g).astype(np.float32)
+    return wave
+
+
+def as_int16(wave: np.ndarray) -> np.ndarray:
+    return np.clip(np.round(wave * 32767.0), -32768, 32767).astype(np.int16)
+
+
+def clip_windows(path: Path | str, count: int, sample_rate: int = SAMPLE_RATE,
+                 window_s: float = WINDOW_S) -> np.ndarray:
+    """The first ``count`` windows of a training recording, (k, samples) int16 with k <= count: a
+    recording shorter than a window is repeated to fill it (calls recur; silence would teach the
+    model that quiet means this species), the last partial window of a longer one dropped."""
+    wave, size = decode(path, sample_rate), int(window_s * sample_rate)
+    if len(wave) == 0:
+        raise AudioDataError(f"{path}: no samples")
+    if len(wave) < size:
+        wave = np.tile(wave, -(-size // len(wave)))
+    k = min(count, len(wave) // size)
+    return as_int16(wave[:k * size].reshape(k, size))
+
+
+def soundscape_windows(path: Path | str, sample_rate: int = SAMPLE_RATE,
+                       window_s: float = WINDOW_S) -> tuple[np.ndarray, list[str]]:
+    """Every window of a soundscape, (k, samples) int16 (the last one padded with silence), and
+    its row ids: ``<file stem>_<end second>`` (``soundscape_1745_5`` ... ``_60``)."""
+    wave, size = decode(path, sample_rate), int(window_s * sample_rate)
+    k = max(1, -(-len(wave) // size))
+    padded = np.zeros(k * size, np.float32)
+    padded[:len(wave)] = wave
+    ends = [f"{Path(path).stem}_{round((i + 1) * window_s)}" for i in range(k)]
+    return as_int16(padded.reshape(k, size)), ends
+
+
+def decode_all(paths: list[Path], fn, workers: int = 1) -> list:
+    """``fn(path)`` for every path, in worker processes (decoding is the CPU's work on Kaggle)."""
+    if workers <= 1 or len(paths) < 2:
+        return [fn(p) for p in paths]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(min(workers, len(paths)), mp_context=mp.get_context("fork")) as pool:
+        return list(pool.map(fn, paths, chunksize=max(1, len(paths) // (4 * workers))))

@@ -1,0 +1,175 @@
+"""Animal-sound competitions in BirdCLEF's layout (kagglekit/readers/audio.py and its stand-in,
+audiosynth.py), BirdCLEF's metric, SpecAugment's masks, the EMA's weights restored from a
+checkpoint, the fold models' export, and the audio notebook on its defaults against a plain
+logistic regression on the same folds."""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import kagglekit as kk
+from kagglekit.readers import audio, audiosynth
+
+sys.path.insert(0, str(Path(__file__).parent))
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def birdsong(tmp_path_factory):
+    return audiosynth.write_competition(tmp_path_factory.mktemp("birdsong") / "comp", seed=1, recordings=24,
+                                        soundscapes=2)
+
+
+def test_the_folder_is_read_with_birdclefs_quirks(birdsong):
+    comp = audio.read_competition(birdsong)
+    assert comp.classes == sorted(comp.classes) and comp.classes[0] == "1139490"  # numeric ids stay text, first
+    assert comp.dropped == ["grekis/XC000001.ogg"] and comp.unknown_secondary > 0
+    heard = np.bincount(comp.primary, minlength=len(comp.classes))
+    assert heard[comp.classes.index("trokin")] == 0 and heard[comp.classes.index("65419")] == 1
+    table = pd.read_csv(birdsong / "train.csv", dtype=str, keep_default_na=False)
+    assert {"[]", "['']"} <= set(table.secondary_labels) and {"rating", "author", "url"} <= set(table.columns)
+    targets = comp.targets(0.5)
+    assert (targets.max(1) == 1).all() and set(np.unique(targets)) <= {0.0, 0.5, 1.0}
+    assert any(0.5 in row for row in targets)  # background species listed somewhere
+    assert len(comp.soundscapes) == 2
+
+
+def test_the_stand_in_is_the_same_bytes_when_written_again(tmp_path, birdsong):
+    """libsndfile draws an Ogg stream's serial number from the clock: rewritten with a fixed one and
+    valid checksums, the next kernel version's stand-in hashes alike (its units hit)."""
+    wave = np.sin(np.arange(32000 * 3) / 5.0).astype(np.float32) * 0.3
+    audiosynth.write_ogg(tmp_path / "a.ogg", wave)
+    first = (tmp_path / "a.ogg").read_bytes()
+    audiosynth.write_ogg(tmp_path / "a.ogg", wave)
+    assert (tmp_path / "a.ogg").read_bytes() == first
+    assert len(audio.decode(tmp_path / "a.ogg")) == len(wave)  # every page's checksum holds: nothing skipped
+
+
+def test_secondary_label_cells_parse_without_eval():
+    assert audio.parse_labels("['a', 'b']") == ["a", "b"]
+    assert audio.parse_labels("[]") == audio.parse_labels("['']") == audio.parse_labels("") == []
+    with pytest.raises(audio.AudioDataError, match="not a list of labels"):
+        audio.parse_labels("__import__('os').system('true')")
+
+
+def test_windows_resample_mix_down_pad_and_name_their_rows(tmp_path):
+    import soundfile
+    t = np.arange(int(44100 * 2.0)) / 44100
+    stereo = np.stack([np.sin(2 * np.pi * 3000 * t), np.sin(2 * np.pi * 3000 * t)], 1) * 0.5
+    soundfile.write(tmp_path / "short.wav", stereo, 44100)
+    wave = audio.decode(tmp_path / "short.wav")
+    assert wave.ndim == 1 and len(wave) == 64000  # 2 s at 32 kHz, one channel
+    peak = np.argmax(np.abs(np.fft.rfft(wave))) * 32000 / len(wave)
+    assert abs(peak - 3000) < 5  # the tone kept through the resampling
+    windows = audio.clip_windows(tmp_path / "short.wav", count=3)
+    assert windows.shape == (1, 160000) and windows.dtype == np.int16  # shorter than a window: repeated to fill it
+    assert np.array_equal(windows[0, :64000], windows[0, 64000:128000])
+    soundfile.write(tmp_path / "soundscape_77.ogg", np.zeros(32000 * 57, np.float32), 32000, format="OGG")
+    scape, ids = audio.soundscape_windows(tmp_path / "soundscape_77.ogg")
+    assert scape.shape == (12, 160000) and ids[0] == "soundscape_77_5" and ids[-1] == "soundscape_77_60"
+
+
+def test_public_data_without_test_soundscapes_reads_as_none(tmp_path):
+    folder = audiosynth.write_competition(tmp_path / "public", recordings=8, soundscapes=1, public=True)
+    comp = audio.read_competition(folder)
+    assert comp.soundscapes == [] and not (folder / "solution.csv").exists()
+    empty = comp.submission([], np.zeros((0, len(comp.classes))))
+    assert empty.columns.tolist() == pd.read_csv(folder / "sample_submission.csv").columns.tolist()
+    (folder / "train.csv").write_text((folder / "train.csv").read_text().replace("bkcdon,", "nosuch,", 1))
+    with pytest.raises(audio.AudioDataError, match=r"\['nosuch'\] are not columns of sample_submission.csv"):
+        audio.read_competition(folder)
+
+
+def test_the_macro_auc_skips_classes_without_a_positive_as_birdclef_scores():
+    from sklearn.metrics import roc_auc_score
+    rng = np.random.default_rng(0)
+    truth = (rng.random((200, 6)) < 0.2).astype(float)
+    truth[:, 4] = 0  # a species that never calls in the test: skipped, not scored 0.5
+    truth[5, 2] = 0.5  # a secondary label counts as heard
+    scores = rng.random((200, 6)) + truth
+    reference = np.mean([roc_auc_score(truth[:, k] > 0, scores[:, k]) for k in (0, 1, 2, 3, 5)])
+    assert kk.metrics.macro_roc_auc(scores, truth) == pytest.approx(reference, abs=1e-12)
+    with pytest.raises(ValueError, match=r"\(rows, classes\)"):
+        kk.metrics.macro_roc_auc(scores[:, 0], truth[:, 0])
+
+
+def test_spec_masks_are_drawn_from_the_saved_generator_and_stay_within_their_width():
+    spec = torch.randn(8, 1, 40, 100)
+    torch.manual_seed(3)
+    a = kk.mel.mask(spec, 2, 0.1, 2, 0.1)
+    torch.manual_seed(3)
+    assert torch.equal(a, kk.mel.mask(spec, 2, 0.1, 2, 0.1))  # a resumed fit draws the same masks
+    changed = (a != spec)[:, 0]
+    assert changed.any() and not torch.equal(changed[0], changed[1])  # per sample
+    masked_rows = changed.all(2).sum(1)  # mel bands masked across all frames
+    assert (masked_rows <= 2 * 4).all()  # two masks of at most 10% of 40 bands
+
+
+def test_the_emas_weights_come_back_from_the_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 1))
+    data = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    ema, manager = kk.Ema(0.9), kk.CheckpointManager(tmp_path / "ck")
+    kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), torch.utils.data.DataLoader(data, 16),
+           kk.supervised(torch.nn.functional.mse_loss), epochs=2, checkpoints=manager, ema=ema, progress=False)
+    fresh = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 1))
+    manager.restore_best(fresh, averaged=True)
+    for mine, averaged in zip(fresh.state_dict().values(), ema.model.state_dict().values()):
+        assert torch.equal(mine, averaged)
+    assert not torch.equal(fresh[0].weight, model[0].weight)  # the average, not the training's own
+    plain = kk.CheckpointManager(tmp_path / "no")
+    kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), torch.utils.data.DataLoader(data, 16),
+           kk.supervised(torch.nn.functional.mse_loss), epochs=1, checkpoints=plain, progress=False)
+    with pytest.raises(ValueError, match="kept no moving average"):
+        plain.restore_best(fresh, averaged=True)
+
+
+def test_fold_models_are_exported_only_when_another_runtime_is_faster(tmp_path, monkeypatch):
+    def model(k):
+        torch.manual_seed(k)
+        return torch.nn.Sequential(kk.mel.LogMel(n_fft=256, hop=256, n_mels=16), torch.nn.Flatten(),
+                                   torch.nn.LazyLinear(3)).eval()
+    models = {f"fold{k}": model(k) for k in range(3)}
+    batch = torch.randn(4, 8000) * 0.1
+    for m in models.values():
+        m(batch)  # the lazy layer sized
+    monkeypatch.setattr(kk.export, "_rate", lambda forward, samples, repeats: {True: 10.0}.get(repeats == 5, 1.0))
+    monkeypatch.setattr(kk.export, "_openvino", lambda path, threads: None)
+    rates = iter([1.0, 2.0])  # torch, then onnxruntime: ONNX Runtime the faster
+    monkeypatch.setattr(kk.export, "_rate", lambda forward, samples, repeats: next(rates))
+    done = kk.export.export_all(models, batch, tmp_path / "ort", threads=1)
+    assert {e.chosen for e in done.values()} == {"onnxruntime"}
+    assert sorted(p.name for p in (tmp_path / "ort").glob("*.onnx")) == ["fold0.onnx", "fold1.onnx", "fold2.onnx"]
+    for name, e in done.items():  # each file its own fold's model
+        with torch.inference_mode():
+            assert np.abs(e.runner(models[name])(batch.numpy()) - models[name](batch).numpy()).max() < 1e-4
+    rates = iter([2.0, 1.0])  # torch the faster: one file, timed once, the others stay torch modules
+    done = kk.export.export_all(models, batch, tmp_path / "torch", threads=1)
+    assert {e.chosen for e in done.values()} == {"torch"} and len(list((tmp_path / "torch").glob("*.onnx"))) == 1
+    with torch.inference_mode():
+        assert np.array_equal(done["fold2"].runner(models["fold2"])(batch.numpy()), models["fold2"](batch).numpy())
+
+
+@pytest.mark.slow
+def test_the_audio_notebook_beats_a_logistic_regression_on_the_mel_bands_and_plans_its_cpu_rerun(tmp_path):
+    """Its defaults on the built-in stand-in: the CNN against the plain reference on the same folds
+    (out of fold and on the six test soundscapes), the export checked, the rerun's plan made."""
+    from test_notebooks import assert_reads_as_a_report
+
+    from kagglekit.tools.notebook_runner import run_notebook
+    out = run_notebook(REPO / "notebooks" / "audio_classification.ipynb", {}, output_root=tmp_path, progress=False)
+    metrics = json.loads((out / "metrics.json").read_text())
+    scores = metrics["scores"]
+    print({k: round(v, 4) for k, v in scores.items()}, metrics["export"])
+    assert scores["cnn"] > scores["mel_logreg"] + 0.03 and scores["test_cnn"] > scores["test_mel_logreg"]
+    assert metrics["export"]["largest_diff"] < 1e-4 and metrics["rerun_plan"]["fits"]
+    assert metrics["choice"]["model"] == "cnn" and metrics["submission"]["rows"] == 6 * 12
+    submission = pd.read_csv(out / "submission.csv", dtype={"row_id": str})
+    assert submission.columns[0] == "row_id" and submission.columns[1:].tolist() == sorted(submission.columns[1:])
+    assert submission["row_id"].str.rsplit("_", n=1).str[1].astype(int).between(5, 60).all()
+    assert ((submission.iloc[:, 1:] >= 0) & (submission.iloc[:, 1:] <= 1)).all().all()
+    assert_reads_as_a_report(out, "audio_classification")
