@@ -28,7 +28,7 @@ _PARTS = {
     "run": ["context", "report", "scratch", "unit", "params", "contract", "paths", "splitters", "plots",
             "foldresults", "oofio", "turns", "folds", "workpool", "zoo"],
     "search": ["tune", "sizing", "studyreport", "studystore", "boosting"],
-    "llm": ["llmshards", "hfbackend", "llmengine", "voting", "vllmcheck", "llmexport"],
+    "llm": ["llmshards", "hfbackend", "llmengine", "voting", "vllmcheck", "llmexport", "llmquant"],
     "tasks": ["segment3d", "postprocess3d", "augment3d", "models", "cycles", "text", "prompts", "answerhead",
               "figures", "gbdt", "surfacescore", "augment2d", "mel"],
 }

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import kagglekit as kk
-from kagglekit.llm import hfbackend, llmengine, llmexport, llmshards, vllmcheck, voting
+from kagglekit.llm import hfbackend, llmengine, llmexport, llmquant, llmshards, vllmcheck, voting
 from kagglekit.readers import textsets
 from kagglekit.run import turns
 
@@ -259,3 +259,63 @@ def test_the_overflow_scan_catches_an_activation_past_fp16s_range(llama):
         model.model.layers[1].mlp.down_proj.weight.mul_(1e8)  # an outlier feature, injected
     hot = llmexport.overflow_scan(model, batches)
     assert "model.layers.1.mlp.down_proj" in hot.flagged and "fp16 overflow risk" in hot.describe()
+
+
+def test_fold_adapters_merged_as_one_compute_the_mean_of_their_updates(llama):
+    """``merge_folds``: the base plus the mean of the folds' LoRA updates, exactly: what averaging
+    the folds' merged weights gives (a model soup of the folds, one model to serve)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(llama)
+    inputs = [tok(p, return_tensors="pt") for p in _prompts(4)]
+    config = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(llama, dtype=torch.float32), config, "fold0")
+    model.add_adapter("fold1", config)
+    for name, p in model.named_parameters():  # two trained folds: their B away from zero, each its own
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.05)
+    soups = [_merged_copy(model, fold) for fold in ("fold0", "fold1")]
+    averaged = AutoModelForCausalLM.from_pretrained(llama, dtype=torch.float32).eval()
+    averaged.load_state_dict({k: (soups[0][k] + soups[1][k]) / 2 for k in soups[0]})
+    merged = llmexport.merge_folds(model, ["fold0", "fold1"])
+    with torch.inference_mode():
+        diff = max((merged(**i).logits - averaged(**i).logits).abs().max().item() for i in inputs)
+    print(f"two folds' adapters merged against their averaged merged weights: largest difference {diff:.2e}")
+    assert diff < 1e-5
+    with pytest.raises(ValueError, match="two or more"):
+        llmexport.merge_folds(model, ["fold0"])
+
+
+def _merged_copy(model, adapter: str) -> dict:
+    """The base with ``adapter`` alone folded in, as a plain state dict (the model left as it was)."""
+    import copy
+    one = copy.deepcopy(model)
+    for other in [a for a in one.peft_config if a != adapter]:
+        one.delete_adapter(other)
+    return one.merge_and_unload().state_dict()
+
+
+def test_a_quantised_model_is_judged_on_held_out_rows_by_the_metric_and_8_bits_stay_closer(tmp_path, llama):
+    """AutoRound's W4A16 and W8A16 exports of the stand-in, loaded as the engines load them, and
+    each judged by accuracy on 240 held-out prompts against the fp32 model (truth: the fp32
+    model's own answers with a quarter replaced at random, a task it scores about 0.8 on)."""
+    token_ids = _answer_ids(llama)
+    calibration, held_out = _prompts(48, seed=1), _prompts(240, seed=2)
+    reference = hfbackend.answer_probs(hfbackend.load(llama, "cpu"), held_out, token_ids)
+    rng = np.random.default_rng(0)
+    truth = np.where(rng.random(len(held_out)) < 0.25, rng.integers(0, len(token_ids), len(held_out)),
+                     reference.argmax(1))
+    accuracy = kk.scoring.get("accuracy", len(token_ids)).score
+    judged = {}
+    for bits in (4, 8):
+        folder = llmquant.quantise(llama, tmp_path / f"w{bits}", calibration, bits=bits)
+        assert (folder / "quantization_config.json").exists() or "quantization_config" in \
+            (folder / "config.json").read_text()
+        judged[bits] = llmquant.judge(llama, folder, held_out, truth, token_ids, accuracy)
+        print(f"W{bits}A16: {judged[bits].describe()}")
+    assert judged[4].reference == judged[8].reference == pytest.approx(accuracy(truth, reference))
+    assert judged[8].largest_diff < judged[4].largest_diff  # more bits, closer to the reference
+    assert abs(judged[8].drop) <= 0.02
+    with pytest.raises(ValueError, match="2, 3, 4 or 8 bits"):
+        llmquant.quantise(llama, tmp_path / "w5", calibration, bits=5)

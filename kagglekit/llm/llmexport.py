@@ -1,5 +1,6 @@
 """A trained LoRA model made ready for inference: its adapters merged into the base (exact in
-fp32), saved in fp16 as a plain transformers folder the engines load, after an fp16 overflow scan.
+fp32; a fold's each summed into one, ``merge_folds``), saved in fp16 as a plain transformers folder
+the engines load, after an fp16 overflow scan. ``llmquant`` quantises it and judges the result.
 
 A T4 computes in fp16, whose largest value is 65504: a model trained or merged in fp32 or bf16 can
 hold activations past it (outlier features in the residual stream of larger LMs), which turn to
@@ -25,6 +26,25 @@ def merge_lora(model) -> torch.nn.Module:
     if not hasattr(model, "merge_and_unload"):
         raise TypeError(f"{type(model).__name__} has no LoRA adapters to merge (a peft model has)")
     return model.float().merge_and_unload()
+
+
+def merge_folds(model, adapters: list[str], weights: list[float] | None = None) -> torch.nn.Module:
+    """The LoRA adapters ``adapters`` of one base (a fold's each, loaded with ``load_adapter``)
+    merged into it as one model: their updates summed with ``weights`` (default: the mean),
+    exactly (PEFT's ``add_weighted_adapter`` with ``combination_type="cat"``: the ranks stacked,
+    nothing truncated), in fp32."""
+    weights = list(weights) if weights is not None else [1.0 / len(adapters)] * len(adapters)
+    if len(weights) != len(adapters) or len(adapters) < 2:
+        raise ValueError(f"merge_folds: {len(adapters)} adapters and {len(weights)} weights; two or more "
+                         "adapters, one weight each")
+    missing = [a for a in adapters if a not in getattr(model, "peft_config", {})]
+    if missing:
+        raise ValueError(f"adapters {missing} are not loaded on the model (model.load_adapter(folder, name))")
+    model.add_weighted_adapter(adapters, weights, "folds", combination_type="cat")
+    model.set_adapter("folds")
+    for name in adapters:
+        model.delete_adapter(name)
+    return merge_lora(model)
 
 
 def save_fp16(model, tokenizer, folder: Path | str) -> Path:
