@@ -173,3 +173,18 @@ def test_the_audio_notebook_beats_a_logistic_regression_on_the_mel_bands_and_pla
     assert submission["row_id"].str.rsplit("_", n=1).str[1].astype(int).between(5, 60).all()
     assert ((submission.iloc[:, 1:] >= 0) & (submission.iloc[:, 1:] <= 1)).all().all()
     assert_reads_as_a_report(out, "audio_classification")
+
+
+@pytest.mark.slow
+def test_on_public_data_without_soundscapes_the_notebook_trains_and_writes_the_header_alone(tmp_path):
+    """Kaggle's public BirdCLEF data has an empty test_soundscapes/ (the rerun brings them): the
+    first version must still train, export and write a checked submission of no rows."""
+    from kagglekit.tools.notebook_runner import run_notebook
+    folder = audiosynth.write_competition(tmp_path / "public", recordings=16, soundscapes=1, public=True)
+    out = run_notebook(REPO / "notebooks" / "audio_classification.ipynb", {"data_dir": str(folder), "smoke": True},
+                       output_root=tmp_path / "runs", progress=False)
+    metrics = json.loads((out / "metrics.json").read_text())
+    submission = pd.read_csv(out / "submission.csv")
+    assert len(submission) == 0 and metrics["submission"]["rows"] == 0
+    assert submission.columns.tolist() == pd.read_csv(folder / "sample_submission.csv").columns.tolist()
+    assert metrics["export"]["largest_diff"] < 1e-4 and "test_cnn" not in metrics["scores"]

@@ -298,3 +298,19 @@ def test_a_function_reading_an_attribute_named_classes_beside_torch_is_sent():
     count = _types.FunctionType(namespace["count"].__code__, namespace, "count")
     sent = forkserver.unpack(forkserver.pack(count))
     assert int(sent(_types.SimpleNamespace(classes=["a", "b", "c"]))) == 3
+
+
+def test_a_rank_waiting_in_a_collective_is_not_named_while_the_peer_it_waits_for_moves():
+    """Rank 0 at the group's final barrier, rank 1 hung elsewhere: rank 1 is the cause, named when
+    it stalls; rank 0 alone is named only when every rank waits in a collective (a deadlock)."""
+    watch = heartbeat.Watch(2, 1.0)
+    watch.beat(0, "distributed/distributed_c10d.py:5356 in barrier", 1.0)
+    watch.beat(1, "notebook.py:3 in train", 1.0)
+    now = time.monotonic()
+    watch.moved = [now - 5, now]  # rank 0 has waited long; rank 1 still moves
+    assert watch.stalled([0, 1]) is None
+    watch.moved[1] = now - 5
+    assert watch.stalled([0, 1]) == 1
+    watch.beat(1, "distributed/distributed_c10d.py:2900 in all_reduce", 1.0)
+    watch.moved = [now - 5, now - 5]
+    assert watch.stalled([0, 1]) == 0

@@ -20,6 +20,7 @@ STALL_ENV = "KAGGLEKIT_STALL_S"  # seconds without progress before a child count
 DEFAULT_STALL_S = 1800.0
 BEAT_S = 5.0
 MOVING_CPU = 0.05  # CPU seconds per second (5% of a core) that count as work being done
+COLLECTIVES = "distributed_c10d.py"  # a frame there: the rank waits for its peers
 
 
 def stall_limit(default: float | None = None) -> float:
@@ -89,9 +90,15 @@ class Watch:
         self.last[child] = (at, cpu, now)
 
     def stalled(self, children) -> int | None:
-        """The first of ``children`` that has not moved for ``stall_s``."""
+        """The first of ``children`` that has not moved for ``stall_s``. One that waits in a
+        collective waits for a peer: the peer is named (when it stalls too), not the one waiting,
+        unless every child waits in one."""
         now = time.monotonic()
-        return next((c for c in children if now - self.moved[c] > self.stall_s), None)
+        stalled = [c for c in children if now - self.moved[c] > self.stall_s]
+        causes = [c for c in stalled if COLLECTIVES not in str((self.last[c] or ("",))[0])]
+        if causes:
+            return causes[0]
+        return stalled[0] if stalled and len(stalled) == len(list(children)) else None
 
     def seconds_to_check(self, children) -> float:
         """How long until one of ``children`` could have stalled."""

@@ -83,8 +83,21 @@ def _ddp_rank(world: int, port: int, backend: str, timeout_s: float, cards: int,
     dist.init_process_group(backend, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout_s))
     result = _call(fn, run, ranks.Place(rank, world, rank, device, "ddp"), args, kwargs)
-    dist.destroy_process_group()
+    _leave_group()
     return result
+
+
+def _leave_group() -> None:
+    """Tear the group down in order: what ``fn`` left referencing it (a DDP reducer in a reference
+    cycle) freed, every rank done communicating (a barrier: the backend's threads idle), then the
+    group destroyed. Left to a later garbage collection, the reducer held the last reference: the
+    gloo group's destructor joined its worker thread with the interpreter's lock held while that
+    thread waited for the lock to free a finished allreduce's tensors, and the rank hung (1 run in
+    6 of tests/test_launch.py beside a CPU burner; py-spy showed both stacks). Under torchrun the
+    other node's agent also waited at its exit barrier for the full timeout."""
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def take_local_device() -> torch.device:
@@ -99,11 +112,8 @@ def take_local_device() -> torch.device:
 
 def _join_torchrun(fn, run, args, kwargs, timeout_s: float):
     """``fn`` in the process group torchrun set up. A group this call created is torn down
-    before returning, in order: what ``fn`` left referencing it (a DDP reducer in a reference
-    cycle) freed, every rank done communicating (a barrier), then the group destroyed. Left to
-    the interpreter's exit, a gloo group aborted a worker there ("terminate called without an
-    active exception"), and the other node's agent waited at torchrun's exit barrier for its
-    full timeout."""
+    before returning (``_leave_group``). Left to the interpreter's exit, a gloo group aborted a
+    worker there ("terminate called without an active exception")."""
     owned = not dist.is_initialized()
     device = take_local_device()
     if owned:
@@ -111,9 +121,7 @@ def _join_torchrun(fn, run, args, kwargs, timeout_s: float):
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
     result = _call(fn, run, ranks.here("ddp"), args, kwargs)
     if owned:
-        gc.collect()
-        dist.barrier()
-        dist.destroy_process_group()
+        _leave_group()
     return result
 
 

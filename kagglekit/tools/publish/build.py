@@ -122,6 +122,7 @@ if _missing:
         "Attach the dataset {owner}/kagglekit-wheels (make push creates it and attaches it to "
         "every notebook that needs it), or turn the kernel's internet on and pip install it.") from None
 _installed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                             "--no-compile",  # bytecode for what is imported, when it is: not all of onnx's
                              "--target", os.path.join(_dir, "site"), *[hits[0] for hits in _found.values()]],
                             check=True)  # assigned: a cell's last value is printed, paths and all
 '''
