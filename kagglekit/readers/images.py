@@ -136,7 +136,7 @@ def decode(path: Path | str, size: int) -> np.ndarray:
     """One image as (size, size, 3) uint8 RGB: greyscale and alpha dropped to RGB, resized."""
     from PIL import Image
     with Image.open(path) as image:
-        return np.asarray(image.convert("RGB").resize((size, size), Image.Resampling.BILINEAR), dtype=np.uint8)
+        return np.array(image.convert("RGB").resize((size, size), Image.Resampling.BILINEAR), dtype=np.uint8)  # writable
 
 
 def decode_all(paths: list[Path], size: int, workers: int = 1) -> np.ndarray:
