@@ -136,7 +136,8 @@ def decode(path: Path | str, size: int) -> np.ndarray:
     """One image as (size, size, 3) uint8 RGB: greyscale and alpha dropped to RGB, resized."""
     from PIL import Image
     with Image.open(path) as image:
-        return np.array(image.convert("RGB").resize((size, size), Image.Resampling.BILINEAR), dtype=np.uint8)  # writable
+        resized = image.convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
+        return np.array(resized, dtype=np.uint8)  # a copy: writable, as torch.from_numpy wants
 
 
 def decode_all(paths: list[Path], size: int, workers: int = 1) -> np.ndarray:
