@@ -65,9 +65,14 @@ def patches_per_s(layout, cache, patch: int, batch: int, workers: int, patches: 
     layout.cache = cache
     data = kk.segment3d.Patches([layout.image(v) for v in ids], [layout.label(v) for v in ids],
                                 patch, patches, seed=0)
-    loader = kk.make_loader(data, batch, seed=0, num_workers=workers)
+    return samples_per_s(kk.make_loader(data, batch, seed=0, num_workers=workers))
+
+
+def samples_per_s(loader) -> float:
+    """Samples/s over an epoch of ``loader``: the median of two, after one that warms the workers
+    (and decodes what a cache keeps)."""
     rates = []
-    for epoch in range(3):  # the first epoch warms the workers (and, cached, decodes)
+    for epoch in range(3):
         kk.loaders.start_epoch(loader, epoch)
         started = time.perf_counter()
         seen = sum(len(x) for x, _ in loader)
