@@ -12,18 +12,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bundle")
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_bundle.py"), "--out", str(out)],
+@pytest.mark.slow
+def test_the_bundle_holds_what_the_device_lacks_and_its_dry_run_installs_imports_and_runs_a_smoke(tmp_path):
+    """One build for both checks (building it takes half a minute of a worker)."""
+    from gpu_checks import setup
+    bundle = tmp_path / "bundle"
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_bundle.py"), "--out", str(bundle)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
-    return out
-
-
-@pytest.mark.slow
-def test_the_bundle_holds_what_the_device_lacks_for_its_python_under_56_mib(bundle):
-    from gpu_checks import setup
     manifest = json.loads((bundle / "manifest.json").read_text())
     names = {w["name"].lower() for w in manifest["wheels"]}
     assert {"papermill", "ipykernel", "optuna", "lightgbm", "xgboost-cpu", "kaggle"} <= names
@@ -33,17 +29,13 @@ def test_the_bundle_holds_what_the_device_lacks_for_its_python_under_56_mib(bund
     assert all(setup.fits_the_device(bundle / w["file"]) for w in manifest["wheels"])
     assert len(setup.verified(bundle)) == len(manifest["wheels"])
 
-
-@pytest.mark.slow
-def test_the_dry_run_installs_the_bundle_imports_the_notebooks_and_runs_a_smoke(bundle, tmp_path):
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--bundle", str(bundle),
                            "--dry-run", "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "no CUDA" in done.stdout, done.stdout + done.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     assert report["dry_run"]["ok"] and report["dry_run"]["imports"] >= 15
-    assert report["bundle"]["installed"] + report["bundle"]["checked_by_tag"] == len(
-        json.loads((bundle / "manifest.json").read_text())["wheels"])
+    assert report["bundle"]["installed"] + report["bundle"]["checked_by_tag"] == len(manifest["wheels"])
 
 
 def test_an_altered_wheel_is_refused_before_anything_is_installed(tmp_path):

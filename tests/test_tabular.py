@@ -274,10 +274,10 @@ def _notebook_metrics(out):
 
 
 @pytest.mark.slow
-def test_the_tabular_notebook_reruns_nothing_and_another_kernels_oofs_join_its_ensemble(tmp_path, monkeypatch):
-    """On T4 x2 emulated: the Playground layout with its original data set and pseudo-labels;
-    a rerun trains nothing and writes the same submission; a second kernel's OOFs (other models,
-    the same folds) join the hill climb and the stack of the first."""
+def test_the_tabular_notebook_on_a_playground_layout_and_another_kernels_oofs_join_it(tmp_path, monkeypatch):
+    """On T4 x2 emulated: the Playground layout with its original data set and pseudo-labels; a
+    second kernel's OOFs (other models, the same folds) join the hill climb and the stack of the
+    first, whose own models are found stored."""
     from test_notebooks import assert_reads_as_a_report
 
     from kagglekit.tools.notebook_runner import run_notebook
@@ -308,9 +308,8 @@ def test_the_tabular_notebook_reruns_nothing_and_another_kernels_oofs_join_its_e
     assert set(first["params"]["mlp"]) == {"hidden", "lr", "dropout"} and set(first["params"]["linear"]) == {"c"}
     assert_reads_as_a_report(out, "tabular")
 
-    again = _notebook_metrics(run_notebook(notebook, params, output_dir=out, progress=False))
-    assert again["cache"]["misses"] == 0 and set(again["chain"].values()) == {"hit"}
-    assert pd.read_csv(out / "submission.csv").equals(submission)
+    # a rerun trains nothing and rebuilds the same submission: the sandbox's versions 2 and 3 check it
+    # (tests/test_sandbox.py, _check_the_tabular_versions), in Kaggle's image
 
     other = run_notebook(notebook, {**params, "models": "linear,mlp", "linear_c": 0.2, "pseudo_labels": 0.0},
                          output_dir=tmp_path / "other-kernel", progress=False)
