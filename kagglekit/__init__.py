@@ -18,19 +18,19 @@ _PARTS = {
     "state": ["atomic", "rng", "space", "keys", "reads", "identity", "cache", "snapshot", "found", "checkpoint",
               "published"],
     "readers": ["tiff", "volumecache", "volumes", "csvfile", "graphsets", "timeseries", "windows", "tables",
-                "datasets", "graph", "textsets", "images", "audio", "audiosynth", "manpages", "pretrained",
-                "competition", "playground"],
+                "datasets", "graph", "textsets", "translation", "images", "audio", "audiosynth", "manpages",
+                "pretrained", "competition", "playground"],
     "loop": ["train", "epochs", "step", "halving", "fitoptions", "fitstate", "durable", "resuming", "restarts",
              "fallback", "accel", "cudagraph", "guards", "progress", "monitor", "memory", "schedule", "probe",
              "scalerhealth", "batchsize", "ema"],
-    "score": ["metrics", "evaluate", "scoring", "hillclimb", "stacking", "choice"],
+    "score": ["metrics", "evaluate", "scoring", "textscore", "hillclimb", "stacking", "choice"],
     "submit": ["submission", "serving", "rerunplan", "blend", "oofsources", "export"],
     "run": ["context", "report", "scratch", "unit", "params", "contract", "paths", "splitters", "plots",
             "foldresults", "oofio", "turns", "folds", "workpool", "zoo"],
     "search": ["tune", "sizing", "studyreport", "studystore", "boosting"],
     "llm": ["llmshards", "hfbackend", "llmengine", "voting", "vllmcheck", "llmexport", "llmquant"],
     "tasks": ["segment3d", "postprocess3d", "augment3d", "models", "cycles", "text", "prompts", "answerhead",
-              "figures", "gbdt", "surfacescore", "augment2d", "mel"],
+              "figures", "gbdt", "surfacescore", "augment2d", "mel", "sft"],
 }
 _SUBMODULES = {name: f"{part}.{name}" for part, names in _PARTS.items() for name in names}
 _EXPORTS = {

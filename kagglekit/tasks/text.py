@@ -170,7 +170,7 @@ def load_classifier(model_dir, num_labels: int, *, head: str = "sequence", answe
         model = get_peft_model(model, LoraConfig(
             task_type=task, r=lora_r, lora_alpha=lora_alpha or 2 * lora_r,
             lora_dropout=lora_dropout, target_modules="all-linear"))
-    _trained_in_fp32(model)
+    trained_in_fp32(model)
     return (AnswerTokenClassifier(model, answer_ids or []) if head == "answer_token" else model), tokenizer
 
 
@@ -202,7 +202,7 @@ def _loading(head: str, num_labels: int, lora_r: int, load_in_4bit: bool, placem
     return kwargs
 
 
-def _trained_in_fp32(model) -> None:
+def trained_in_fp32(model) -> None:
     """Adapters and head in fp32 (peft copies the head in the base's 16-bit type). A head whose
     weights were cast up casts its input up too: without autocast (a run that fell back to fp32)
     the half base's hidden states would meet an fp32 weight and fail."""
