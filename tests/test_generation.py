@@ -116,6 +116,7 @@ def test_the_notebook_beats_retrieval_submits_checked_answers_and_a_rerun_comput
     out = run_notebook(str(NOTEBOOK), params, output_dir=tmp_path / "out", progress=False)
     metrics = json.loads((out / "metrics.json").read_text())
     scores = metrics["val_scores"]
+    print({k: round(v, 2) for k, v in scores.items()}, metrics.get("test_scores"))
     assert set(scores) == {"retrieval", "greedy", "vote", "mbr"}
     assert metrics["choice"] == max(scores, key=scores.get) != "retrieval"
     assert scores[metrics["choice"]] > 2 * scores["retrieval"]  # the order and the words, learned

@@ -170,3 +170,27 @@ def test_make_output_fetches_a_given_versions_files_and_names_a_missing_one(tmp_
     assert sorted(str(p.relative_to(fetched)) for p in fetched.rglob("*") if p.is_file()) == \
         ["checkpoints/mlp/abc/step-00000010.json", "kaggle.json", "metrics.json"]
     assert json.loads((fetched / "kaggle.json").read_text())["version"] == 3
+
+
+def test_a_run_that_exported_its_model_publishes_it_where_model_dir_finds_it(tmp_path, monkeypatch):
+    """text_generation's output holds ``model/`` (the fp16 transformers folder the engines load):
+    published beside the checkpoints, listed in the manifest, found as a ``model_dir`` unchanged."""
+    import shutil
+
+    from kagglekit.readers import textsets
+    from kagglekit.tools.publish import weights
+    run = finished_run(tmp_path / "run")
+    model = textsets.write_standin_model(tmp_path / "models", "llama")
+    shutil.copytree(model, run / "model")
+    monkeypatch.setenv("KAGGLEKIT_BUILD", str(tmp_path / "build"))
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # kernel-metadata/ is read from the checkout
+    out, manifest = weights.assemble("text_generation", run)
+    assert {"model/config.json", "model/model.safetensors", "model/tokenizer.json"} <= set(manifest["files"])
+    assert published.verify(out)["files"] == manifest["files"]
+    found = kk.pretrained.find_model_dir(str(out), [])
+    assert found == out / "model" and kk.pretrained.base_identity(found) == kk.pretrained.base_identity(model)
+    shutil.rmtree(run / "checkpoints")  # a run with the export alone still publishes it
+    assert "model/config.json" in weights.assemble("text_generation", run)[1]["files"]
+    shutil.rmtree(run / "model")
+    with pytest.raises(weights.PublishError, match="holds no finished training"):
+        weights.assemble("text_generation", run)

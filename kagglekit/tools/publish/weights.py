@@ -25,6 +25,7 @@ from . import credentials, metadata, wheels
 from .layout import weights_folder, weights_slug
 
 PREDICTS_WITH = ("model", "model_part")  # what restoring weights reads; the rest continues a training
+EXPORT = "model"  # a run's model exported for the engines (text_generation's output folder model/)
 
 
 class PublishError(ValueError):
@@ -51,8 +52,9 @@ def _final(folder: Path) -> Found | None:
     return max(finals, key=lambda f: f.step) if finals else None
 
 
-def collect(run: Path, out: Path, optimizer: bool = False) -> list[str]:
-    """Each training's finished checkpoint of ``run`` into ``out`` (same relative layout)."""
+def collect(run: Path, out: Path, optimizer: bool = False, required: bool = True) -> list[str]:
+    """Each training's finished checkpoint of ``run`` into ``out`` (same relative layout); none is
+    refused when ``required`` (a run that exported its model publishes that alone if need be)."""
     copied = []
     for identity in sorted(p for p in (run / "checkpoints").glob("*/*") if p.is_dir()):
         found = _final(identity)
@@ -68,7 +70,7 @@ def collect(run: Path, out: Path, optimizer: bool = False) -> list[str]:
         atomic.write_json(target.with_suffix(".json"), {**found.meta, "sha256": atomic.sha256_file(target),
                                                         "published": {"optimizer_state": optimizer}})
         copied.append(str(target.relative_to(out)))
-    if not copied:
+    if not copied and required:
         raise PublishError(f"{run}/checkpoints holds no finished training: publish a run whose "
                            "training ran to its end")
     return copied
@@ -85,13 +87,25 @@ def carry_choices(run: Path, out: Path) -> list[str]:
     return carried
 
 
+def carry_export(run: Path, out: Path) -> list[str]:
+    """The run's model exported for the LLM engines (``model/``: ``kk.sft.export``'s fp16
+    transformers folder), as it is: an inference kernel attaching the publication gives its folder
+    as ``model_dir`` (``pretrained.find_model_dir`` finds the ``config.json`` inside)."""
+    exported = run / EXPORT
+    if not (exported / "config.json").is_file():
+        return []
+    shutil.copytree(exported, out / EXPORT)
+    return sorted(str(p.relative_to(out)) for p in (out / EXPORT).rglob("*") if p.is_file())
+
+
 def assemble(name: str, run: Path, optimizer: bool = False) -> tuple[Path, dict]:
     """The publication's folder, rebuilt from ``run``: checkpoints, metrics.json, manifest."""
     meta = metadata.load(Path("kernel-metadata") / f"{name}.json")
     out = weights_folder(meta)
     shutil.rmtree(out, ignore_errors=True)  # ours alone: rebuilt from the run every time
     out.mkdir(parents=True)
-    files = collect(run, out, optimizer) + carry_choices(run, out)
+    exported = carry_export(run, out)
+    files = collect(run, out, optimizer, required=not exported) + carry_choices(run, out)
     shutil.copyfile(run / "metrics.json", out / "metrics.json")
     metrics = json.loads((run / "metrics.json").read_text())
     fetched = run / "kaggle.json"
@@ -101,7 +115,7 @@ def assemble(name: str, run: Path, optimizer: bool = False) -> tuple[Path, dict]
                                         source=source, notebook=meta.get("notebook", name),
                                         optimizer_state=optimizer, base_models=meta.get("model_sources", []))
     print(f"{out}: {len(files)} checkpoint(s) from {source} ({'with' if optimizer else 'without'} "
-          "optimizer state)")
+          "optimizer state)" + (f", and the model exported for the engines ({EXPORT}/)" if exported else ""))
     return out, manifest
 
 
