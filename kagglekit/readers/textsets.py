@@ -174,15 +174,17 @@ def labelled_examples(data: TextCompetition, spec: str) -> tuple[object, object,
                     rows.append({**row, data.text_column: text})
                     labels.append(index[label])
                     from_test += frame is data.test
-    table = pd.DataFrame(rows) if rows else data.train.iloc[:0].copy()  # none: the training table's columns
-    return table, np.asarray(labels, dtype=np.int64), from_test
+    examples = pd.DataFrame(rows) if rows else data.train.iloc[:0].copy()  # none: the training table's columns
+    return examples, np.asarray(labels, dtype=np.int64), from_test
 
 
-def _table(folder: Path, name: str):
+def table(folder: Path, name: str, kind: str = "text", error: type[ValueError] = TextDataError):
+    """``name`` (train.csv, test.csv or sample_submission.csv) nearest the top of ``folder``,
+    read, and where it was; ``error`` naming the files a ``kind`` competition's folder has."""
     found = sorted(folder.rglob(name), key=lambda p: len(p.parts))
     if not found:
-        raise TextDataError(f"{folder} holds no {name}: a text competition's folder has train.csv, "
-                            "test.csv and sample_submission.csv")
+        raise error(f"{folder} holds no {name}: a {kind} competition's folder has train.csv, "
+                    "test.csv and sample_submission.csv")
     return csvfile.read(found[0], rows_needed=name != "test.csv"), found[0]
 
 
@@ -192,7 +194,7 @@ def read_competition(folder: Path | str, text_column: str, target_column: str) -
     import numpy as np
     folder = Path(folder)
     (train, train_path), (test, test_path), (sample, sample_path) = (
-        _table(folder, n) for n in ("train.csv", "test.csv", "sample_submission.csv"))
+        table(folder, n) for n in ("train.csv", "test.csv", "sample_submission.csv"))
     for name, frame, wanted in (("train.csv", train, [text_column, target_column]),
                                 ("test.csv", test, [text_column])):
         missing = [c for c in wanted if c not in frame.columns]

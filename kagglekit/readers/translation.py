@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from ..state import atomic
 from . import csvfile
-from .textsets import TextCompetition
+from .textsets import TextCompetition, table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -134,24 +134,16 @@ class GenerationCompetition:
         found = next(self.folder.rglob("solution.csv"), None)
         if found is None:
             return None
-        table = csvfile.read(found).set_index(self.id_column)
-        column = self.answer_column if self.answer_column in table.columns else table.columns[0]
-        return table.loc[self.test[self.id_column], column].fillna("").astype(str).tolist()
-
-
-def _table(folder: Path, name: str):
-    found = sorted(folder.rglob(name), key=lambda p: len(p.parts))
-    if not found:
-        raise GenerationDataError(f"{folder} holds no {name}: a generation competition's folder has train.csv, "
-                                  "test.csv and sample_submission.csv")
-    return csvfile.read(found[0], rows_needed=name != "test.csv"), found[0]
+        solved = csvfile.read(found).set_index(self.id_column)
+        column = self.answer_column if self.answer_column in solved.columns else solved.columns[0]
+        return solved.loc[self.test[self.id_column], column].fillna("").astype(str).tolist()
 
 
 def read_competition(folder: Path | str, source_column: str, target_column: str) -> GenerationCompetition:
     """The tables under ``folder`` (see the module's docstring)."""
     folder = Path(folder)
     (train, train_path), (test, test_path), (sample, sample_path) = (
-        _table(folder, n) for n in ("train.csv", "test.csv", "sample_submission.csv"))
+        table(folder, n, "generation", GenerationDataError) for n in ("train.csv", "test.csv", "sample_submission.csv"))
     for name, frame, wanted in (("train.csv", train, [source_column, target_column]),
                                 ("test.csv", test, [source_column])):
         missing = [c for c in wanted if c not in frame.columns]

@@ -112,7 +112,7 @@ def load_causal_lm(model_dir, *, lora_r: int = 0, lora_alpha: int = 0, lora_drop
     from transformers import AutoModelForCausalLM
     tokenizer = text.load_tokenizer(model_dir)
     model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=text.frozen_dtype(lora_r, precision),
-                                                 local_files_only=True)
+                                                      local_files_only=True)
     model.config.pad_token_id = tokenizer.pad_token_id
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=text.NON_REENTRANT)
