@@ -71,3 +71,24 @@ def test_a_model_openvino_cannot_convert_is_exported_for_the_others(tmp_path, ca
     assert set(done.rates) == {"torch", "onnxruntime"} and done.largest_diff < 1e-4
     assert "OpenVINO cannot run model.onnx (-- Conversion is failed for: ReduceL2-20, STFT-20): not used" \
         in capsys.readouterr().out
+
+
+def test_a_stored_export_comes_back_as_it_was_measured_and_runs_from_its_files(tmp_path, monkeypatch):
+    """What a unit keeps of ``export_all`` (files as bytes, rates, choice) restored in another
+    version's output: the same files byte for byte, the same measurements, and the chosen
+    runtime predicting what the model does; nothing timed again."""
+    torch.manual_seed(0)
+    models, batch = {"fold0": _cnn(), "fold1": _cnn()}, torch.randn(8, 3, 32, 32)
+    rates = iter([1.0, 10.0, 1.0])  # torch, ONNX Runtime, OpenVINO: ONNX Runtime the faster
+    monkeypatch.setattr(export, "_rate", lambda forward, samples, repeats: next(rates))
+    done = export.export_all(models, batch, tmp_path / "v1", threads=1)
+    stored = export.record(done)
+    torch.save(stored, tmp_path / "unit.pt")  # as the cache stores it, loaded as it loads it
+    back = export.restore(torch.load(tmp_path / "unit.pt", weights_only=True), tmp_path / "v2")
+    assert set(back) == {"fold0", "fold1"} and all(back[k].chosen == "onnxruntime" for k in back)
+    for name, exported in back.items():
+        assert exported.path.read_bytes() == done[name].path.read_bytes() and exported.path.parent == tmp_path / "v2"
+        assert (exported.rates, exported.largest_diff) == (done[name].rates, done[name].largest_diff)
+        with torch.inference_mode():
+            expected = models[name](batch).numpy()
+        assert np.abs(exported.runner(models[name])(batch.numpy()) - expected).max() < 1e-4

@@ -9,7 +9,9 @@ rerun's core count (``threads``: Kaggle's CPU rerun has 4) and the faster is cho
 (``submit.rerunplan``) from that measured rate. OpenVINO (in fp32), where installed, is checked
 and timed the same way, and left out when its outputs differ.
 ``export_all`` does it for a fold's models each: timed once, exported only when torch is not the
-faster. ``Exported.runner`` predicts by the chosen runtime.
+faster. ``Exported.runner`` predicts by the chosen runtime. ``record`` is what a unit stores of
+it (the files' bytes, the measurements), ``restore`` writes it back: a later version measures
+nothing again.
 """
 from __future__ import annotations
 
@@ -137,6 +139,29 @@ def export_all(models: dict[str, torch.nn.Module], example: torch.Tensor, folder
             chosen = first.chosen if first.chosen in checked.rates else "onnxruntime"  # OpenVINO off on this one
             out[name] = Exported(checked.path, checked.largest_diff, first.rates, threads, chosen)
     return out
+
+
+def record(exported: dict[str, Exported]) -> dict:
+    """``export_all``'s result as a unit stores it (tensors and plain values: loaded with
+    ``weights_only``): each model's ONNX file as bytes, its difference, the rates and the choice."""
+    files = {p.name: torch.frombuffer(bytearray(p.read_bytes()), dtype=torch.uint8)
+             for p in {e.path for e in exported.values()} if p.exists()}
+    return {"files": files, "models": {name: {"file": e.path.name, "largest_diff": e.largest_diff, "rates": e.rates,
+                                              "threads": e.threads, "chosen": e.chosen}
+                                       for name, e in exported.items()}}
+
+
+def restore(stored: dict, folder: Path | str) -> dict[str, Exported]:
+    """``record``'s export back in ``folder`` (its files rewritten only where missing or changed)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in stored["files"].items():
+        content = data.numpy().tobytes()
+        if not (folder / name).exists() or (folder / name).read_bytes() != content:
+            with atomic.atomic_path(folder / name) as tmp:
+                tmp.write_bytes(content)
+    return {name: Exported(folder / m["file"], m["largest_diff"], m["rates"], m["threads"], m["chosen"])
+            for name, m in stored["models"].items()}
 
 
 def _torch_forward(model, batch, threads: int):

@@ -94,11 +94,15 @@ _dir = tempfile.mkdtemp(prefix="kagglekit-")
 _whl = os.path.join(_dir, "{wheel.name}")
 with open(_whl, "wb") as _f:
     _f.write(base64.b64decode("{payload}"))
-subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
-                "--target", os.path.join(_dir, "site"), _whl], check=True)
+_wheels = [_whl]
+''' + (_extras_source(extras, owner) if extras else "") + f'''# One pip for all (each costs a second of start-up).
+# Bytecode is compiled for what is imported, when it is (not all of onnx's).
+_installed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                             "--no-compile", "--target", os.path.join(_dir, "site"), *_wheels],
+                            check=True)  # assigned: a cell's last value is printed, paths and all
 sys.path.insert(0, os.path.join(_dir, "site"))
 os.environ["KAGGLEKIT_EXPECT_GPUS"] = "{expect}"  # kk.start() checks the GPUs Kaggle gave
-''' + (_extras_source(extras, owner) if extras else "")
+'''
     # Hidden in Kaggle's viewer (_kg_hide-input) and in JupyterLab (source_hidden).
     return {"cell_type": "code", "execution_count": None, "outputs": [], "source": source,
             "metadata": {"_kg_hide-input": True, "jupyter": {"source_hidden": True},
@@ -121,10 +125,7 @@ if _missing:
         f"{{', '.join(_missing)}}: not in Kaggle's image, and no attached input holds its wheel. "
         "Attach the dataset {owner}/kagglekit-wheels (make push creates it and attaches it to "
         "every notebook that needs it), or turn the kernel's internet on and pip install it.") from None
-_installed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
-                             "--no-compile",  # bytecode for what is imported, when it is: not all of onnx's
-                             "--target", os.path.join(_dir, "site"), *[hits[0] for hits in _found.values()]],
-                            check=True)  # assigned: a cell's last value is printed, paths and all
+_wheels += [hits[0] for hits in _found.values()]
 '''
 
 
