@@ -4,6 +4,8 @@ transformers, shards that survive a crash and a deadline, voting and vLLM's pre-
 The model is a stand-in Llama (random weights, a tokenizer trained on the built-in texts,
 ``textsets.write_standin_model``) in Kaggle Models' layout; the prompts are the built-in texts,
 of mixed length (6 to 60 words)."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -319,3 +321,16 @@ def test_a_quantised_model_is_judged_on_held_out_rows_by_the_metric_and_8_bits_s
     assert abs(judged[8].drop) <= 0.02
     with pytest.raises(ValueError, match="2, 3, 4 or 8 bits"):
         llmquant.quantise(llama, tmp_path / "w5", calibration, bits=5)
+
+
+def test_quantising_without_autoround_is_refused_before_any_work_naming_the_fix(monkeypatch):
+    """Kaggle's image has no auto-round: a kernel asked to quantise says so at its start."""
+    import importlib.util
+    llmquant.require("text_generation")  # installed here (requirements.txt), at the pin the message names
+    requirements = (Path(__file__).resolve().parents[1] / "requirements.txt").read_text().splitlines()
+    assert llmquant.AUTOROUND_PIN in requirements
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "auto_round" else real(name, *a))
+    with pytest.raises(ModuleNotFoundError, match=r'add "auto-round" to "wheels" in kernel-metadata/text_generation'
+                                                  r'\.json .*pip install auto-round==0\.16\.1'):
+        llmquant.require("text_generation")

@@ -18,6 +18,19 @@ import torch
 
 from ..state import atomic
 
+AUTOROUND_PIN = "auto-round==0.16.1"  # requirements.txt's
+
+
+def require(kernel: str = "<kernel>") -> None:
+    """Refuse, before any training, a run that will quantise where AutoRound is not installed
+    (Kaggle's image lacks it), naming the fix."""
+    import importlib.util
+    if importlib.util.find_spec("auto_round") is None:
+        raise ModuleNotFoundError(
+            f"quantising needs auto-round, which is not installed here (Kaggle's image lacks it): add \"auto-round\" "
+            f"to \"wheels\" in kernel-metadata/{kernel}.json (make push attaches them offline), or locally "
+            f"pip install {AUTOROUND_PIN}")
+
 
 def quantise(model_dir: Path | str, folder: Path | str, calibration: list[str], *, bits: int = 4,
              group_size: int = 128, iters: int = 0, seqlen: int = 512) -> Path:
@@ -35,7 +48,7 @@ def quantise(model_dir: Path | str, folder: Path | str, calibration: list[str], 
         raise ValueError("quantise needs calibration prompts: the unit's own (a few hundred)")
     from auto_round import AutoRound
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    logging.getLogger("autoround").setLevel(logging.WARNING)
+    logging.getLogger("autoround").setLevel(logging.ERROR)  # its advice (other backends, arguments): not the user's
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     # a copy of its own: AutoRound moves the layers of the model it quantises off the CPU (to meta)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)

@@ -123,3 +123,7 @@ def quiet_transformers() -> None:
     from transformers.utils import logging
     logging.set_verbosity_error()
     logging.disable_progress_bar()
+    # AutoRound, loading a quantised model, advises other backends: read when it is first imported, set here if it was
+    os.environ.setdefault("AR_LOG_LEVEL", "ERROR")
+    import logging as std_logging
+    std_logging.getLogger("autoround").setLevel(os.environ["AR_LOG_LEVEL"])
