@@ -1,4 +1,3 @@
-import json
 import os
 import shutil
 import sys
@@ -11,14 +10,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_collection_modifyitems(config, items):
-    """The longest first, so that the xdist workers (`make test`) end together: the sandbox's
-    notebooks, then the other slow ones, then the rest; within each, by the seconds a CI run
-    measured (tests/durations.json: a test it does not name counts as quick, and a long one
-    run last would hold the suite's end alone). Tests marked ``gpu`` run only where CUDA is;
+    """The longest first (the sandbox's notebooks, then the other slow ones), so that two
+    xdist workers (`make test`) end together. Tests marked ``gpu`` run only where CUDA is;
     elsewhere they are skipped, and say so."""
-    measured = json.loads((REPO / "tests" / "durations.json").read_text())
-    items.sort(key=lambda item: (0 if "sandbox" in item.keywords else 1 if "slow" in item.keywords else 2,
-                                 -measured.get(item.nodeid, 0)))
+    items.sort(key=lambda item: 0 if "sandbox" in item.keywords else 1 if "slow" in item.keywords else 2)
     if cuda_here():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none on this machine)")
