@@ -8,7 +8,6 @@ folds, so a merged or fold-averaged model must not be judged on them) and report
 """
 from __future__ import annotations
 
-import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,9 +45,10 @@ def quantise(model_dir: Path | str, folder: Path | str, calibration: list[str], 
         raise ValueError(f"bits={bits}: AutoRound's weight-only schemes take 2, 3, 4 or 8 bits (4 is W4A16)")
     if not calibration:
         raise ValueError("quantise needs calibration prompts: the unit's own (a few hundred)")
+    from ..readers.pretrained import quiet_transformers
+    quiet_transformers()  # AutoRound's advice too (other backends, newer arguments), before its import reads it
     from auto_round import AutoRound
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    logging.getLogger("autoround").setLevel(logging.ERROR)  # its advice (other backends, arguments): not the user's
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     # a copy of its own: AutoRound moves the layers of the model it quantises off the CPU (to meta)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
