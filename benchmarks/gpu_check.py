@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 CHECKS = (("notebooks", 240), ("resume", 90), ("oom", 60), ("graphs", 60), ("lora", 60),
           ("precision", 90), ("plumbing", 45), ("batchsize", 60), ("nccl", 60),
-          ("gpu_tests", 180))  # most fault-prone first
+          ("timm_backbone", 120), ("gpu_tests", 180))  # most fault-prone first
 CANNOT = ("two NCCL ranks and cuda:1 (one card)", "the T4's own speed and numerics",
           "PCIe between two cards", "Kaggle's 4 vCPUs and 29 GB host memory")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
