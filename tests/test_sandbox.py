@@ -56,6 +56,11 @@ def _in_repo():
         os.chdir(cwd)
 
 
+# Notebooks that measure and keep nothing (no fit, no unit): version 1 is the whole check, and the sandbox
+# runs no later version of them (said); one that starts keeping something gets versions 2 and 3 again.
+MEASURING = {"gpu_figures", "gpu_utilization"}
+
+
 @pytest.mark.sandbox
 @pytest.mark.parametrize("notebook", [n for n in NOTEBOOKS if n != "quickstart"] + [SERVED])  # quickstart: as
 # a user types it, `make sandbox NB=quickstart` (tests/test_makefile.py)
@@ -66,11 +71,12 @@ def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_o
     from kagglekit.tools import sandbox
     with _in_repo():
         outcomes = sandbox.run_notebook(notebook, bench)
-    versions = [1, 2, 3] + (["rerun"] if notebook in ("segmentation_3d", "text_classification", SERVED) else [])
+    later = [] if notebook in MEASURING else [2, 3]
+    versions = [1, *later] + (["rerun"] if notebook in ("segmentation_3d", "text_classification", SERVED) else [])
     assert [(o.version, o.ok) for o in outcomes] == [(v, True) for v in versions], \
         [o.verdict for o in outcomes]
     _check_unit_identities(notebook, bench.work / notebook / "v1" / "working")
-    for version in (2, 3):  # the GNN's version 2 trains the folds version 1 left (checked below)
+    for version in later:  # the GNN's version 2 trains the folds version 1 left (checked below)
         folds_left = version == 2 and notebook == "gnn_node_classification"
         _check_a_later_version(notebook, bench.work / notebook / f"v{version}" / "working", folds_left)
     if notebook == "segmentation_3d":
@@ -90,6 +96,12 @@ def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_o
         _check_the_tabular_versions(bench.work / notebook)
 
 
+def _folds(kernel: str) -> int:
+    """The folds a kernel's sandbox runs: its ``sandbox`` amounts over its Kaggle parameters."""
+    meta = json.loads((REPO / "kernel-metadata" / f"{kernel}.json").read_text())
+    return {**meta["parameters"], **meta.get("sandbox", {})}["folds"]
+
+
 def _check_unit_identities(kernel: str, working: Path) -> None:
     """Each unit the version made (its sources' too) holds in its key every parameter its code
     reaches as the notebook file reads (tests/identity_oracle.py), and no run control."""
@@ -99,7 +111,7 @@ def _check_unit_identities(kernel: str, working: Path) -> None:
     with _in_repo():
         notebook = metadata.load(Path("kernel-metadata") / f"{kernel}.json")["notebook"]
     cases = check_units(REPO / "notebooks" / f"{notebook}.ipynb", sorted(working.rglob("metrics.json")))
-    assert cases or notebook in ("gpu_utilization", "gpu_figures"), f"{kernel}: no unit recorded"
+    assert cases or notebook in MEASURING, f"{kernel}: no unit recorded"
 
 
 def _check_the_tabular_versions(runs: Path) -> None:
@@ -151,7 +163,7 @@ def _check_the_inference_kernel(bench, trained: str) -> None:
     for version in ("v1", "rerun"):
         working = bench.work / infer / version / "working"
         metrics = json.loads((working / "metrics.json").read_text())
-        folds = 1 if trained == "segmentation_3d" else 5  # one training, or the text's five folds
+        folds = 1 if trained == "segmentation_3d" else _folds(trained)  # one training, or the text's folds
         # segmentation: the post-processing's and the training unit's cache entries (2 files each)
         choices = 4 if trained == "segmentation_3d" else 0
         assert [p["files"] for p in metrics["published"]] == [2 * folds + 1 + choices]  # + sidecars, metrics
@@ -200,7 +212,8 @@ def _check_the_text_rerun(runs: Path) -> None:
     working = runs / "rerun" / "working"
     metrics = json.loads((working / "metrics.json").read_text())
     assert not any(v == "computed" for v in metrics.get("chain", {}).values())
-    assert [metrics["chain"][f"cache:text-fold{k}"] for k in range(5)] == ["hit"] * 5  # found, not trained
+    folds = _folds("text_classification")
+    assert [metrics["chain"][f"cache:text-fold{k}"] for k in range(folds)] == ["hit"] * folds  # found, not trained
     chosen = json.loads((runs / "v3" / "working" / "metrics.json").read_text())["choice"]
     assert metrics["choice"] == chosen and chosen["metric"] == "auc"  # the submitted version's choice, again
     assert "/input/models/" in metrics["model"]["path"]
@@ -209,12 +222,12 @@ def _check_the_text_rerun(runs: Path) -> None:
     assert list(submission.columns) == ["row_id", "rule_violation"] and len(submission) == len(hidden) == 192
     assert submission["rule_violation"].between(0, 1).all() and submission["rule_violation"].nunique() > 1
     public = json.loads((runs / "v1" / "working" / "metrics.json").read_text())
-    assert public["cv_text"]["folds"] == 5 and public["checkpoint"]["bytes"] > 0
+    assert public["cv_text"]["folds"] == folds and public["checkpoint"]["bytes"] > 0
 
 
 def _check_test_time_training(bench) -> None:
     """Jigsaw 2025's way, as the kernel text_classification_ttt runs it: version 1 trains its
-    three folds on train.csv and the public test's labelled examples, version 2 finds them, and
+    folds (the sandbox's amount) on train.csv and the public test's labelled examples, version 2 finds them, and
     the plan both record says what the scoring rerun will train and that it fits; the rerun
     trains those folds anew on the hidden test's examples (no other work), as planned, and
     submits every hidden row; make submit's check accepts the version and names what it trains.
@@ -229,20 +242,20 @@ def _check_test_time_training(bench) -> None:
     assert [(o.version, o.ok) for o in outcomes] == [(1, True), (2, True), ("rerun", True)], \
         [o.verdict for o in outcomes]
     runs = bench.work / "text_classification_ttt"
-    folds = [f"text-fold{k}" for k in range(3)]
+    folds = [f"text-fold{k}" for k in range(_folds("text_classification_ttt"))]
     submitted = json.loads((runs / "v2" / "working" / "metrics.json").read_text())
     plan = submitted["rerun_plan"]
     assert plan["fits"] and [u["name"] for u in plan["units"]] == folds and plan["hours"] == 9.0
     assert all(u["rerun_rows"] >= u["rows"] > 0 and u["measured_s"] > 0 for u in plan["units"])
-    assert [submitted["chain"][f"cache:{f}"] for f in folds] == ["hit"] * 3
+    assert [submitted["chain"][f"cache:{f}"] for f in folds] == ["hit"] * len(folds)
     rerun = json.loads((runs / "rerun" / "working" / "metrics.json").read_text())
-    assert [rerun["chain"][f"cache:{f}"] for f in folds] == ["computed"] * 3  # the hidden test's examples
-    assert "trained cache:text-fold0, cache:text-fold1, cache:text-fold2 as planned" in outcomes[-1].verdict
+    assert [rerun["chain"][f"cache:{f}"] for f in folds] == ["computed"] * len(folds)  # the hidden test's examples
+    assert f"trained {', '.join('cache:' + f for f in folds)} as planned" in outcomes[-1].verdict
     hidden = pd.read_csv(next((runs / "rerun" / "input" / "competitions").rglob("test.csv")))
     assert len(pd.read_csv(runs / "rerun" / "working" / "submission.csv")) == len(hidden) == 192
     file, problem = submission_problem(runs / "v2" / "working", code=True)
     assert problem == "" and file.name == "submission.csv"
-    assert rerunplan.describe(plan).startswith("the scoring rerun will train text-fold0, text-fold1, text-fold2")
+    assert rerunplan.describe(plan).startswith(f"the scoring rerun will train {', '.join(folds)}")
 
 
 def _check_the_scoring_rerun(runs: Path) -> None:
