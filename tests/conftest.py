@@ -22,6 +22,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: pytest without xdist (-p no:xdist) has none
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadgroup`` (`make test`): the sandbox's kernels in two lanes of their own (tests/lanes.py)."""
     if config.getvalue("dist") == "loadgroup":
