@@ -79,9 +79,8 @@ $(SANDBOX_STAMP): $(SANDBOX_PACKAGES) $(STAMP)
 	$(PY) -c "from kagglekit.tools.kernelenv import kernel_python; kernel_python()"
 
 ## test: the whole suite on CPU, the sandbox's notebooks included, T4 x2 emulated (GPU tests are skipped without a GPU; TEST_JOBS=3 workers)
-# Three xdist workers on two cores (--dist loadgroup): the sandbox's kernels in two lanes of their
-# own, the other tests, slow ones first, one at a time to whichever worker is free (tests/conftest.py),
-# so that no more than two chains of emulated T4 x2 kernels share the cores. The suite
+# Three xdist workers on two cores, the longest tests first (tests/conftest.py); --maxschedchunk 1
+# hands each worker its next test only when it needs one, so none idles at the end. The suite
 # waits on kernels and subprocesses: two workers kept the cores busy 1.3 of 2 (a fresh clone,
 # 2026-11-28: 18m00s of tests), a third fills the waits (16m18s, the same clone). One thread
 # per process: OpenMP threads spin-waiting for a busy core doubled the suite's CPU time
@@ -89,7 +88,7 @@ $(SANDBOX_STAMP): $(SANDBOX_PACKAGES) $(STAMP)
 test:
 	@$(MAKE) --no-print-directory -j2 $(STAMP) $(SANDBOX_PACKAGES)
 	@$(MAKE) --no-print-directory $(SANDBOX_STAMP)
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_JOBS) --maxschedchunk 1 $(PYTEST_ARGS)
 
 ## build / push / status / logs / output / pull / compare: the Kaggle round trip (NB=name; push of every notebook needs ALL=1, at most SESSIONS=2 running at once, the rest queued)
 build compare logs: $(STAMP)

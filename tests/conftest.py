@@ -10,8 +10,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_collection_modifyitems(config, items):
-    """The longest first (the sandbox's notebooks, in two lanes of their own: tests/lanes.py; then the
-    other slow ones), so that the workers end together. Tests marked ``gpu`` run only where CUDA is;
+    """The longest first (the sandbox's notebooks, then the other slow ones), so that two
+    xdist workers (`make test`) end together. Tests marked ``gpu`` run only where CUDA is;
     elsewhere they are skipped, and say so."""
     items.sort(key=lambda item: 0 if "sandbox" in item.keywords else 1 if "slow" in item.keywords else 2)
     if cuda_here():
@@ -20,16 +20,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
-
-
-@pytest.hookimpl(optionalhook=True)  # xdist's hook: pytest without xdist (-p no:xdist) has none
-def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadgroup`` (`make test`): the sandbox's kernels in two lanes of their own (tests/lanes.py)."""
-    if config.getvalue("dist") == "loadgroup":
-        sys.path.insert(0, str(Path(__file__).parent))
-        from lanes import scheduler
-        return scheduler(config, log)
-    return None
 
 
 def cuda_here() -> bool:

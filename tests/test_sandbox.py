@@ -59,12 +59,11 @@ def _in_repo():
 # Notebooks that measure and keep nothing (no fit, no unit): version 1 is the whole check, and the sandbox
 # runs no later version of them (said); one that starts keeping something gets versions 2 and 3 again.
 MEASURING = {"gpu_figures", "gpu_utilization"}
-# quickstart: as a user types it, `make sandbox NB=quickstart` (tests/test_makefile.py)
-KERNELS = [n for n in NOTEBOOKS if n != "quickstart"] + [SERVED]
 
 
 @pytest.mark.sandbox
-@pytest.mark.parametrize("notebook", KERNELS)
+@pytest.mark.parametrize("notebook", [n for n in NOTEBOOKS if n != "quickstart"] + [SERVED])  # quickstart: as
+# a user types it, `make sandbox NB=quickstart` (tests/test_makefile.py)
 def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_or_skip(
         bench, notebook, tmp_path, monkeypatch):
     """What `make sandbox NB=<notebook>` runs: the build push sends, three versions, and for the
