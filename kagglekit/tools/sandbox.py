@@ -180,21 +180,24 @@ def _versions(name: str, meta: dict, notebook: Path, bench: Bench, cap: int, ver
             for n in range(1, versions + 1)]
     if meta.get("code_competition"):  # Kaggle reruns a code competition's notebook to score it
         plan.append(Version("rerun", bench.work / name / "rerun", None, _sources(meta, bench, True), True))
-    outcomes, previous = [], None
-    for i, version in enumerate(plan):
-        version.previous = previous if not version.rerun else plan[i - 1].previous
+    outcomes: list[Outcome] = []
+    previous: Path | None = None
+    rerun_inputs: Path | None = None  # the rerun mounts what the last version it reruns mounted
+    while plan:
+        version = plan.pop(0)
+        version.previous = rerun_inputs if version.rerun else previous
         outcome = run_version(notebook, meta["slug"], version, bench, cap)
         label = f"v{version.number}" if isinstance(version.number, int) else version.number
         print(f"sandbox {name} {label}: {outcome.verdict} [{outcome.seconds:.1f} s]", flush=True)
         outcomes.append(outcome)
         if not outcome.ok:
             break
-        previous = version.root / "working"
+        rerun_inputs, previous = version.previous, version.root / "working"
         if version.number == 1 and versions > 1 and not chain_of(previous):
             # a measuring notebook: nothing a later version could resume, skip or hit, so nothing to check
             print(f"sandbox {name} v2-v{versions}: not run: version 1 left no fit or unit to resume or skip",
                   flush=True)
-            break
+            plan = [v for v in plan if v.rerun]  # Kaggle's scoring rerun, if any, is of version 1
     return outcomes
 
 
