@@ -67,7 +67,8 @@ class TimmBackbone:
         if not timm.is_model(self.architecture):
             raise ModelDirError(f"model_dir={str(self.folder)!r}: timm {timm.__version__} has no architecture "
                                 f"{self.architecture!r}: attach a newer timm's wheel (the kernel's wheels)")
-        overlay = {**self.pretrained_cfg, "num_classes": self.num_classes, "state_dict": self.state_dict()}
+        kept = {k: v for k, v in self.pretrained_cfg.items() if k != "source"}  # "hf-hub" there: timm would download
+        overlay = {**kept, "num_classes": self.num_classes, "state_dict": self.state_dict()}
         return timm.create_model(self.architecture, pretrained=True, num_classes=classes,
                                  pretrained_cfg_overlay=overlay, **self.model_args)
 
