@@ -286,6 +286,21 @@ def test_a_peer_s_lost_connection_read_before_a_restart_request_still_restarts()
         supervisor.run(timeout_s=5)
 
 
+@pytest.mark.parametrize("stopped", [0, 1])
+def test_a_peer_s_lost_connection_beside_a_rank_stopped_at_the_deadline_is_unfinished(stopped):
+    """A rank stops at the session's deadline (kk.Unfinished) and leaves while its peer is still in
+    a collective (joining the group, in CI: 1 run in ~15 under load); the peer's error on the
+    closed connection must not turn the saved, resumable stop into a failed launch."""
+    import multiprocessing
+    import pickle
+    pipes = [multiprocessing.Pipe(duplex=False) for _ in range(2)]
+    pipes[stopped][1].send_bytes(pickle.dumps(("unfinished", stopped, f"rank {stopped}: the time ran out")))
+    pipes[1 - stopped][1].send_bytes(pickle.dumps(("error", 1 - stopped, "RuntimeError: Connection closed by peer")))
+    supervisor = forked._Supervisor([_Quiet(), _Quiet()], [r for r, _ in pipes], "rank", heartbeat.Watch(2, 60))
+    with pytest.raises(kk.Unfinished, match=f"rank {stopped}: the time ran out"):
+        supervisor.run(timeout_s=5)
+
+
 def test_a_function_reading_an_attribute_named_classes_beside_torch_is_sent():
     """cloudpickle sends the sub-modules a function can reach by attribute name; torch registers
     torch.classes, no module, in sys.modules, so a launched function using torch and `data.classes`

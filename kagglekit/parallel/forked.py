@@ -198,25 +198,29 @@ class _Supervisor:
         """Every report waiting on ``rank``'s pipe: beats noted, an outcome kept or raised."""
         for status, body in self.reports(rank):
             if status == "error":
-                restart = self.restart_sent(but=rank)
+                left = self.left_first(but=rank)
                 _stop(self.procs)
-                if restart is not None:  # the error followed: its collective lost the rank that left
-                    raise Restarting(*restart)
+                if isinstance(left, Unfinished):  # the error followed: a peer stopped at the deadline
+                    raise left
+                if left is not None:  # the error followed: its collective lost the rank that left
+                    raise Restarting(*left)
                 raise LaunchError(f"{self.what} {rank} failed{ranklog.pointer(rank)}:\n{body}")
             if status == "restart":
                 _stop(self.procs)  # the others may be stuck in a collective: SIGKILL after the grace
                 raise Restarting(*body)
 
-    def restart_sent(self, but: int):
-        """A restart another rank already asked for, else None. A rank leaving for a restart
-        reports before its sockets close, so the error it causes in a peer's collective
-        ("Connection closed by peer") always reaches the pipes after its request; read in
-        rank order, the peer's error can come first (a lent H100's two ranks on one card)."""
+    def left_first(self, but: int):
+        """A restart another rank already asked for, or the ``Unfinished`` another rank already
+        stopped with; else None. A rank leaving either way reports before its sockets close, so
+        the error it causes in a peer's collective ("Connection closed by peer") always reaches
+        the pipes after its report; read in rank order, the peer's error can come first (a lent
+        H100's two ranks on one card; a rank stopping while its peer still joined the group)."""
         for other in range(len(self.conns)):
             for status, body in self.reports(other) if other != but else ():
                 if status == "restart":
                     return body
-        return None
+        stopped = [o for r, o in sorted(self.outcomes.items()) if r != but and isinstance(o, Unfinished)]
+        return stopped[0] if stopped else None
 
     def run(self, timeout_s: float | None, every: bool = False):
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
