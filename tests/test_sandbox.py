@@ -59,6 +59,11 @@ def _in_repo():
 # Notebooks that measure and keep nothing (no fit, no unit): version 1 is the whole check, and the sandbox
 # runs no later version of them (said); one that starts keeping something gets versions 2 and 3 again.
 MEASURING = {"gpu_figures", "gpu_utilization"}
+# Notebooks whose version 2 leaves other files than version 1 did (folds left for it, units it did not
+# reach), so version 3 mounts something new; every other kernel's version 2 carries version 1's files
+# byte for byte and the sandbox says version 3 would mount what version 2 mounted. A kernel moving from
+# one side to the other is a change in what its versions carry: this list fails until it is looked at.
+CHANGES_IN_V2 = {"blend", "gnn_node_classification", "timeseries_forecast", SERVED}
 
 
 @pytest.mark.sandbox
@@ -71,7 +76,7 @@ def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_o
     from kagglekit.tools import sandbox
     with _in_repo():
         outcomes = sandbox.run_notebook(notebook, bench)
-    later = [] if notebook in MEASURING else [2, 3]
+    later = [] if notebook in MEASURING else [2, 3] if notebook in CHANGES_IN_V2 else [2]
     versions = [1, *later] + (["rerun"] if notebook in ("segmentation_3d", "text_classification", SERVED) else [])
     assert [(o.version, o.ok) for o in outcomes] == [(v, True) for v in versions], \
         [o.verdict for o in outcomes]
@@ -96,6 +101,11 @@ def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_o
         _check_the_tabular_versions(bench.work / notebook)
 
 
+def _last(runs: Path) -> Path:
+    """The output of the last numbered version the sandbox ran of a kernel (the one its scoring rerun reruns)."""
+    return max(runs.glob("v[0-9]*"), key=lambda p: int(p.name[1:])) / "working"
+
+
 def _folds(kernel: str) -> int:
     """The folds a kernel's sandbox runs: its ``sandbox`` amounts over its Kaggle parameters."""
     meta = json.loads((REPO / "kernel-metadata" / f"{kernel}.json").read_text())
@@ -115,12 +125,11 @@ def _check_unit_identities(kernel: str, working: Path) -> None:
 
 
 def _check_the_tabular_versions(runs: Path) -> None:
-    """Versions 2 and 3 train no model and rebuild version 1's submission from the stored OOF
+    """The later versions train no model and rebuild version 1's submission from the stored OOF
     and test predictions (its 25 units: 5 models x 5 folds), byte for byte."""
     first = runs / "v1" / "working"
     assert len(json.loads((first / "metrics.json").read_text())["models"]) >= 5
-    for version in (2, 3):
-        working = runs / f"v{version}" / "working"
+    for working in sorted(runs.glob("v[2-9]/working")):
         metrics = json.loads((working / "metrics.json").read_text())
         assert metrics["cache"]["misses"] == 0 and metrics["cache"]["hits"] == 25
         assert (working / "submission.csv").read_bytes() == (first / "submission.csv").read_bytes()
@@ -156,7 +165,7 @@ def _check_the_inference_kernel(bench, trained: str) -> None:
     from kagglekit.tools.publish import weights
     infer = f"{trained}_infer"
     with _in_repo():
-        weights.assemble(trained, bench.work / trained / "v3" / "working")
+        weights.assemble(trained, _last(bench.work / trained))
         outcomes = sandbox.run_notebook(infer, bench, versions=1)
     assert [(o.version, o.ok) for o in outcomes] == [(1, True), ("rerun", True)], \
         [o.verdict for o in outcomes]
@@ -214,7 +223,7 @@ def _check_the_text_rerun(runs: Path) -> None:
     assert not any(v == "computed" for v in metrics.get("chain", {}).values())
     folds = _folds("text_classification")
     assert [metrics["chain"][f"cache:text-fold{k}"] for k in range(folds)] == ["hit"] * folds  # found, not trained
-    chosen = json.loads((runs / "v3" / "working" / "metrics.json").read_text())["choice"]
+    chosen = json.loads((_last(runs) / "metrics.json").read_text())["choice"]
     assert metrics["choice"] == chosen and chosen["metric"] == "auc"  # the submitted version's choice, again
     assert "/input/models/" in metrics["model"]["path"]
     submission = pd.read_csv(working / "submission.csv")
@@ -260,7 +269,7 @@ def _check_test_time_training(bench) -> None:
 
 def _check_the_scoring_rerun(runs: Path) -> None:
     """How the test knows the rerun trained nothing and read no label: no fit in its chain and
-    its checkpoints' bytes as v3 left them; no validation mask; its decode cache (/kaggle/temp)
+    its checkpoints' bytes as the last version left them; no validation mask; its decode cache (/kaggle/temp)
     holds exactly the hidden test volumes, so no label or training image was ever decoded;
     and its submission.zip holds every hidden id (the stand-in's, not the public one)."""
     from kagglekit.tasks.segment3d import check_submission
@@ -271,14 +280,14 @@ def _check_the_scoring_rerun(runs: Path) -> None:
     assert "fit" not in metrics.get("chain", {}) and "fit" not in metrics
     assert metrics["predicted"] == {"test": len(hidden), "val": 0}
     assert not (working / "probabilities" / "val").exists()
-    v3 = json.loads((runs / "v3" / "working" / "metrics.json").read_text())
-    assert metrics["chain"]["cache:postprocess"] == "hit"  # chosen on v3's validation, no label read here
-    assert metrics["postprocess"] == v3["postprocess"]
+    last = json.loads((_last(runs) / "metrics.json").read_text())
+    assert metrics["chain"]["cache:postprocess"] == "hit"  # chosen on its validation, no label read here
+    assert metrics["postprocess"] == last["postprocess"]
     assert sorted(p.name.rsplit("-", 1)[0] for p in temp.rglob("*.npy")) == hidden
     assert sorted(metrics["submission"]["test_ids"]) == hidden
     assert check_submission(working / "submission.zip", dict.fromkeys(hidden)) == len(hidden)
     assert metrics["competition_rerun"]["hours"] < 9  # the competition's cap, not 12 hours
-    public = json.loads((runs / "v3" / "working" / "metrics.json").read_text())
+    public = last
     assert public["data"]["skipped"] == {vid: "in deprecated_train_images/ (old binary labels)"
                                          for vid, _, _ in standins.MOVED}
 
@@ -317,6 +326,29 @@ def test_a_missing_wheel_fails_in_the_first_cell_naming_the_package_and_the_fix(
     assert "kagglekit-install" in code[0]["metadata"]["tags"]  # the first cell, before any work
     assert [o["output_type"] for o in code[0]["outputs"]][-1] == "error"
     assert all(c["execution_count"] is None for c in code[1:])  # nothing after it ran
+
+
+def test_a_version_carries_the_same_only_with_every_file_a_next_version_could_read_back(tmp_path):
+    """Version 3 is not run after a version 2 that carried version 1's files byte for byte: the
+    executed notebook, metrics.json, the ranks' logs, the submission and lock files aside, any
+    file missing, added or changed makes version 3 run."""
+    from kagglekit.tools.sandboxverdict import carries_the_same
+
+    def output(name: str, files: dict) -> Path:
+        for relative, data in files.items():
+            (tmp_path / name / relative).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name / relative).write_bytes(data)
+        return tmp_path / name
+    kept = {"cache/text-fold0/ab12/value.pt": b"weights", "checkpoints/fit/ab12/step-00000001.pt": b"state",
+            "tune/lightgbm-1f.db": b"study", "oof.parquet": b"oof"}
+    v1 = output("v1", {**kept, "kagglekit-x.ipynb": b"1", "metrics.json": b"{1}", "logs/rank0.log": b"1",
+                       "submission.zip": b"zip at t1", "tune/.lightgbm-1f.lock": b""})
+    assert carries_the_same(v1, output("v2", {**kept, "kagglekit-x.ipynb": b"2", "metrics.json": b"{2}",
+                                              "submission.zip": b"zip at t2"}))
+    for change in ({"cache/text-fold0/ab12/value.pt": b"other weights"}, {"folds/text/split.npz": b"new"},
+                   {"sub/kagglekit-x.ipynb": b"a notebook a unit wrote"}):
+        assert not carries_the_same(v1, output(f"v2-{len(change)}-{hash(str(change))}", {**kept, **change}))
+    assert not carries_the_same(v1, output("v2-fewer", {k: v for k, v in kept.items() if k != "tune/lightgbm-1f.db"}))
 
 
 def test_a_later_version_that_trains_from_scratch_is_a_failure():

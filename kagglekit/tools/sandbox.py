@@ -20,6 +20,8 @@ work cap (``KAGGLEKIT_WORK_CAP``: each fit's optimizer steps and batches per epo
 validation batches too) and the notebook's own ``sandbox`` parameters in its kernel metadata
 (amounts only: trials, repeats, boosting rounds, cycles). Version 1 may train; versions 2
 and 3 must resume or skip each fit (metrics.json's "chain"), never train from step 0 again.
+Version 3 is not run after a version 2 whose output carries version 1's files byte for byte:
+it would mount what version 2 mounted (said, with why).
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sandboxverdict import chain_of, rerun_verdict, verdict
+from .sandboxverdict import carries_the_same, chain_of, rerun_verdict, verdict
 
 OWNER = "sandbox"
 VERSIONS = 3
@@ -193,12 +195,26 @@ def _versions(name: str, meta: dict, notebook: Path, bench: Bench, cap: int, ver
         if not outcome.ok:
             break
         rerun_inputs, previous = version.previous, version.root / "working"
-        if version.number == 1 and versions > 1 and not chain_of(previous):
-            # a measuring notebook: nothing a later version could resume, skip or hit, so nothing to check
-            print(f"sandbox {name} v2-v{versions}: not run: version 1 left no fit or unit to resume or skip",
-                  flush=True)
-            plan = [v for v in plan if v.rerun]  # Kaggle's scoring rerun, if any, is of version 1
+        reason = _nothing_left_to_check(version, versions, version.previous, previous)
+        if reason:
+            skipped = f"v{versions}" if version.number + 1 == versions else f"v{version.number + 1}-v{versions}"
+            print(f"sandbox {name} {skipped}: not run: {reason}", flush=True)
+            plan = [v for v in plan if v.rerun]  # Kaggle's scoring rerun, if any, is of the last version run
     return outcomes
+
+
+def _nothing_left_to_check(version: Version, versions: int, mounted: Path | None, output: Path) -> str:
+    """Why the versions after ``version`` would check nothing it did not (else ""): version 1 of a
+    measuring notebook keeps no fit or unit; a later version whose output carries what it mounted,
+    byte for byte, is the chain's fixed point (the next would mount what it mounted)."""
+    if not isinstance(version.number, int) or version.number >= versions:
+        return ""
+    if version.number == 1 and not chain_of(output):
+        return "version 1 left no fit or unit to resume or skip"
+    if mounted is not None and carries_the_same(mounted, output):
+        return (f"version {version.number} carried version {version.number - 1}'s files byte for byte: "
+                f"the next would mount what it mounted")
+    return ""
 
 
 @dataclass

@@ -1,12 +1,21 @@
 """What the sandbox asks of each version of a kernel: version 1 may train; a later one resumes,
 skips or hits the cache for everything an earlier one finished (``verdict``), and Kaggle's scoring
-rerun trains nothing but what the submitted version planned (``rerun_verdict``).
+rerun trains nothing but what the submitted version planned (``rerun_verdict``). A version whose
+output carries what the one before carried, byte for byte (``carries_the_same``), has shown the
+chain's fixed point: the next would mount what it mounted.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
+
+# What every version writes afresh and the kit never reads back from a previous version's output
+# (it reads caches, checkpoints, folds' splits, studies and manifests: env.find_inputs' callers):
+# the run's record, the ranks' logs, the submission (a zip's times differ), the executed notebook
+# and lock files. Anything else is compared, so a file no one listed can only make version 3 run.
+FRESH = ("metrics.json", "logs/", "submission.")
 
 
 def verdict(version: int, chain: dict, previous: dict | None = None) -> tuple[bool, str]:
@@ -41,6 +50,31 @@ def chain_of(output: Path | None) -> dict:
         return json.loads((output / "metrics.json").read_text()).get("chain", {}) if output else {}
     except (OSError, ValueError):
         return {}
+
+
+def carries_the_same(earlier: Path, later: Path) -> bool:
+    """Does ``later`` (a version's output) hold exactly the files ``earlier`` held, byte for
+    byte, apart from what every version writes afresh (``FRESH``, the executed notebook)? Then
+    the version after ``later``, mounting it, sees what ``later`` saw when it mounted ``earlier``."""
+    files = _carried(earlier)
+    if files != _carried(later):
+        return False
+    return all(_digest(earlier / name) == _digest(later / name) for name in files)
+
+
+def _carried(output: Path) -> dict[str, int]:
+    """Each file a next version could read back: its size, by its path under ``output``."""
+    found = {}
+    for path in sorted(p for p in output.rglob("*") if p.is_file()):
+        name = path.relative_to(output).as_posix()
+        if not (name.startswith(FRESH) or path.suffix == ".lock" or (path.suffix == ".ipynb" and "/" not in name)):
+            found[name] = path.stat().st_size
+    return found
+
+
+def _digest(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def rerun_verdict(metrics: dict, root: Path, owner: str) -> tuple[bool, str]:
