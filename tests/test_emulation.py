@@ -1,6 +1,6 @@
 """Kaggle's T4 x2 walked on the CPU (``KAGGLEKIT_EMULATE=t4x2``): a notebook killed mid-fit, its
 two ranks, their loader workers and the fp16 scaler included, resumes to the uninterrupted run's
-weights bit for bit. (Every notebook's three versions and scoring rerun run emulated in
+weights bit for bit. (Every notebook's versions and scoring rerun run emulated in
 test_sandbox.py.)"""
 import json
 import os

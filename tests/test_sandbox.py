@@ -1,7 +1,7 @@
-"""What `make push` sends, run in Kaggle's image, three versions per notebook and the scoring
+"""What `make push` sends, run in Kaggle's image, up to three versions per notebook and the scoring
 rerun of the competition kernel (`make sandbox`).
 
-Each notebook's three versions are one test marked ``sandbox`` (``pytest -m sandbox`` runs
+Each notebook's versions are one test marked ``sandbox`` (``pytest -m sandbox`` runs
 them alone); `make test` runs them first, beside the rest of the suite on a second xdist
 worker. The kernel environment is built once from sandbox/kaggle-image.txt (about 35 s on a
 fresh machine)."""
@@ -71,7 +71,7 @@ CHANGES_IN_V2 = {"blend", "gnn_node_classification", "timeseries_forecast", SERV
 # a user types it, `make sandbox NB=quickstart` (tests/test_makefile.py)
 def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_or_skip(
         bench, notebook, tmp_path, monkeypatch):
-    """What `make sandbox NB=<notebook>` runs: the build push sends, three versions, and for the
+    """What `make sandbox NB=<notebook>` runs: the build push sends, up to three versions, and for the
     competition kernel Kaggle's scoring rerun on the hidden test set."""
     from kagglekit.tools import sandbox
     with _in_repo():
@@ -330,7 +330,7 @@ def test_a_missing_wheel_fails_in_the_first_cell_naming_the_package_and_the_fix(
 
 def test_a_version_carries_the_same_only_with_every_file_a_next_version_could_read_back(tmp_path):
     """Version 3 is not run after a version 2 that carried version 1's files byte for byte: the
-    executed notebook, metrics.json, the ranks' logs, the submission and lock files aside, any
+    executed notebook, metrics.json, the ranks' logs, the submission, plots and lock files aside, any
     file missing, added or changed makes version 3 run."""
     from kagglekit.tools.sandboxverdict import carries_the_same
 
@@ -342,7 +342,7 @@ def test_a_version_carries_the_same_only_with_every_file_a_next_version_could_re
     kept = {"cache/text-fold0/ab12/value.pt": b"weights", "checkpoints/fit/ab12/step-00000001.pt": b"state",
             "tune/lightgbm-1f.db": b"study", "oof.parquet": b"oof"}
     v1 = output("v1", {**kept, "kagglekit-x.ipynb": b"1", "metrics.json": b"{1}", "logs/rank0.log": b"1",
-                       "submission.zip": b"zip at t1", "tune/.lightgbm-1f.lock": b""})
+                       "submission.zip": b"zip at t1", "tune/.lightgbm-1f.lock": b"", "fit_step_time.png": b"1"})
     assert carries_the_same(v1, output("v2", {**kept, "kagglekit-x.ipynb": b"2", "metrics.json": b"{2}",
                                               "submission.zip": b"zip at t2"}))
     for change in ({"cache/text-fold0/ab12/value.pt": b"other weights"}, {"folds/text/split.npz": b"new"},

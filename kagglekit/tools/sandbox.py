@@ -3,7 +3,7 @@
 For each notebook: the exact build ``make push`` uploads (Kaggle parameters rendered in,
 the kit embedded, the wheels dataset for what the image lacks), executed by papermill in
 a kernel environment that holds the packages of Kaggle's image (``sandbox/kaggle-image.txt``,
-a venv of its own: never the project's, never the kit installed), three versions in a row:
+a venv of its own: never the project's, never the kit installed), up to three versions in a row:
 
     <root>/input/datasets/sandbox/kagglekit-wheels   the wheels dataset (read-only)
     <root>/input/notebooks/sandbox/<slug>             the previous version's output (read-only)
@@ -248,8 +248,8 @@ def prepare(work: Path, names: list[str], jobs: int = 1, data: Path | None = Non
 
 
 def run_notebook(name: str, bench: Bench, cap: int = CAP, versions: int = VERSIONS) -> list[Outcome]:
-    """``name`` built exactly as ``make push`` builds it, then its three versions (``versions``:
-    fewer for a second kernel of a notebook whose chain already ran, e.g. an inference kernel)."""
+    """``name`` built exactly as ``make push`` builds it, then up to ``versions`` of it (three; fewer
+    for a second kernel of a notebook whose chain already ran, e.g. an inference kernel)."""
     from .publish import build as build_mod, metadata
     meta = metadata.load(Path("kernel-metadata") / f"{name}.json")
     with _BUILDING:  # one build at a time: they share the build folder and git's index
@@ -260,7 +260,7 @@ def run_notebook(name: str, bench: Bench, cap: int = CAP, versions: int = VERSIO
 
 def sandbox(names: list[str], cap: int = CAP, keep: Path | None = None, jobs: int = 1,
             data: Path | None = None) -> int:
-    """Every notebook in ``names``, three versions each and the scoring rerun of a competition
+    """Every notebook in ``names``, up to three versions each and the scoring rerun of a competition
     kernel (``jobs`` notebooks at a time); 0 when all are ok. ``data``: DATA=, mounted."""
     from concurrent.futures import ThreadPoolExecutor
     work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="kagglekit-sandbox-"))

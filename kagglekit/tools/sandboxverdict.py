@@ -13,9 +13,11 @@ from pathlib import Path
 
 # What every version writes afresh and the kit never reads back from a previous version's output
 # (it reads caches, checkpoints, folds' splits, studies and manifests: env.find_inputs' callers):
-# the run's record, the ranks' logs, the submission (a zip's times differ), the executed notebook
-# and lock files. Anything else is compared, so a file no one listed can only make version 3 run.
+# the run's record, the ranks' logs, the submission (a zip's times differ), the executed notebook,
+# the plots (a fit skipped has no step times to draw) and lock files. Anything else is compared,
+# so a file no one listed can only make version 3 run.
 FRESH = ("metrics.json", "logs/", "submission.")
+FRESH_KINDS = (".lock", ".png")
 
 
 def verdict(version: int, chain: dict, previous: dict | None = None) -> tuple[bool, str]:
@@ -67,7 +69,7 @@ def _carried(output: Path) -> dict[str, int]:
     found = {}
     for path in sorted(p for p in output.rglob("*") if p.is_file()):
         name = path.relative_to(output).as_posix()
-        if not (name.startswith(FRESH) or path.suffix == ".lock" or (path.suffix == ".ipynb" and "/" not in name)):
+        if not (name.startswith(FRESH) or path.suffix in FRESH_KINDS or (path.suffix == ".ipynb" and "/" not in name)):
             found[name] = path.stat().st_size
     return found
 
