@@ -297,7 +297,7 @@ def test_a_peer_s_lost_connection_beside_a_rank_stopped_at_the_deadline_is_unfin
     pipes[stopped][1].send_bytes(pickle.dumps(("unfinished", stopped, f"rank {stopped}: the time ran out")))
     pipes[1 - stopped][1].send_bytes(pickle.dumps(("error", 1 - stopped, "RuntimeError: Connection closed by peer")))
     supervisor = forked._Supervisor([_Quiet(), _Quiet()], [r for r, _ in pipes], "rank", heartbeat.Watch(2, 60))
-    with pytest.raises(kk.Unfinished, match=f"rank {stopped}: the time ran out"):
+    with pytest.raises(kk.Unfinished, match=f"rank {stopped}: the time ran out; rank {1 - stopped} failed after it"):
         supervisor.run(timeout_s=5)
 
 

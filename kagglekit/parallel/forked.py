@@ -201,7 +201,7 @@ class _Supervisor:
                 left = self.left_first(but=rank)
                 _stop(self.procs)
                 if isinstance(left, Unfinished):  # the error followed: a peer stopped at the deadline
-                    raise left
+                    raise Unfinished(f"{left}; {self.what} {rank} failed after it{ranklog.pointer(rank)}")
                 if left is not None:  # the error followed: its collective lost the rank that left
                     raise Restarting(*left)
                 raise LaunchError(f"{self.what} {rank} failed{ranklog.pointer(rank)}:\n{body}")
