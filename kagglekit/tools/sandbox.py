@@ -197,7 +197,8 @@ def _versions(name: str, meta: dict, notebook: Path, bench: Bench, cap: int, ver
         rerun_inputs, previous = version.previous, version.root / "working"
         reason = _nothing_left_to_check(version, versions, version.previous, previous)
         if reason:
-            skipped = f"v{versions}" if version.number + 1 == versions else f"v{version.number + 1}-v{versions}"
+            following = int(version.number) + 1  # a reason is only given after a numbered version
+            skipped = f"v{versions}" if following == versions else f"v{following}-v{versions}"
             print(f"sandbox {name} {skipped}: not run: {reason}", flush=True)
             plan = [v for v in plan if v.rerun]  # Kaggle's scoring rerun, if any, is of the last version run
     return outcomes
