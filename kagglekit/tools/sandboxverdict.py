@@ -6,10 +6,11 @@ chain's fixed point: the next would mount what it mounted.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from pathlib import Path
+
+from ..state.atomic import sha256_file
 
 # What every version writes afresh and the kit never reads back from a previous version's output
 # (it reads caches, checkpoints, folds' splits, studies and manifests: env.find_inputs' callers):
@@ -61,7 +62,7 @@ def carries_the_same(earlier: Path, later: Path) -> bool:
     files = _carried(earlier)
     if files != _carried(later):
         return False
-    return all(_digest(earlier / name) == _digest(later / name) for name in files)
+    return all(sha256_file(earlier / name) == sha256_file(later / name) for name in files)
 
 
 def _carried(output: Path) -> dict[str, int]:
@@ -72,11 +73,6 @@ def _carried(output: Path) -> dict[str, int]:
         if not (name.startswith(FRESH) or path.suffix in FRESH_KINDS or (path.suffix == ".ipynb" and "/" not in name)):
             found[name] = path.stat().st_size
     return found
-
-
-def _digest(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def rerun_verdict(metrics: dict, root: Path, owner: str) -> tuple[bool, str]:
