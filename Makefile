@@ -174,6 +174,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/tabular_real.py
 	$(PY) benchmarks/ddp_step.py
 	$(PY) benchmarks/launch_start.py
+	$(PY) benchmarks/rank_imports.py
 	$(PY) benchmarks/patch_loader.py
 	$(PY) benchmarks/augment3d.py
 	$(PY) benchmarks/surface_score.py

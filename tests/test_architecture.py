@@ -132,6 +132,7 @@ MUTABLES = {
     "kagglekit/tasks/text.py:NON_REENTRANT": "constant checkpointing keywords",
     "kagglekit/machine/ascard.py:_confined": "the cards this process capped, each once",
     "kagglekit/parallel/forkserver.py:PRELOAD": "constant module names the server imports",
+    "kagglekit/parallel/forkserver.py:LAZY": "constant module names the server imports per library",
     "kagglekit/machine/cards.py:CAPABILITY": "constant table of known cards",
     "kagglekit/machine/precision.py:_DTYPES": "constant name -> dtype table",
     "kagglekit/parallel/forked.py:HINTS": "constant error hints",

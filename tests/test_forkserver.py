@@ -199,15 +199,27 @@ def _alive_children() -> list:
 
 SERVER_THREADS = """
 import json, os, sys
-import lightgbm, pandas, sklearn, torch_geometric, xgboost  # a notebook's first cell
+import catboost, lightgbm, optuna, pandas, sklearn, torch_geometric, transformers, xgboost  # a first cell
+from sklearn.model_selection import StratifiedKFold  # a submodule the notebook imported
+import kagglekit.score.hillclimb  # and one of the kit's
 import kagglekit as kk
 from kagglekit import forkserver
-# What a child has imported when its function starts: the server's modules, which it inherits.
-preloaded = kk.launch(lambda: [m for m in ("torch_geometric", "lightgbm", "xgboost") if m in sys.modules],
-                      nprocs=2)
+
+
+def at_start():
+    # What a child has imported when its function starts (the server's modules, which it inherits),
+    # and what of it its collections skip (the server froze them).
+    import gc
+    wanted = ("torch_geometric", "lightgbm", "xgboost", "catboost", "sklearn.model_selection",
+              "transformers.models.auto.modeling_auto", "alembic.migration", "kagglekit.score.hillclimb")
+    return {"preloaded": [m for m in wanted if m in sys.modules], "frozen": gc.get_freeze_count()}
+
+
+child = kk.launch(at_start, nprocs=2)
 pid = forkserver.server_pid()
 threads = [open(f"/proc/{pid}/task/{t}/comm").read().strip() for t in os.listdir(f"/proc/{pid}/task")]
-print("RESULT", json.dumps({"threads": threads, "preloaded": preloaded}))
+import gc
+print("RESULT", json.dumps({"threads": threads, **child, "frozen_here": gc.get_freeze_count()}))
 """
 
 
@@ -215,12 +227,19 @@ def test_the_server_preloads_the_notebook_s_libraries_and_runs_no_thread_of_its_
     """Forking a process with threads is unsafe (an OpenMP pool above all): the server only
     imports (the kit, and the heavy libraries the notebook imported before kk.start) and forks.
     The one thread beside its main one is pyarrow's allocator's (jemalloc's background thread,
-    which jemalloc's own fork handlers make safe), there when pandas is imported."""
+    which jemalloc's own fork handlers make safe), there when pandas is imported.
+    Its children find imported what they would otherwise each import again: the submodules the
+    notebook imported, the kit's, transformers' auto classes (imported on first use: 0.6 s of a
+    text notebook's rank) and the migrations optuna's storage checks in each search worker; their
+    collections skip the server's objects (gc.freeze), the notebook's own collections do not."""
     done = subprocess.run([sys.executable, "-c", SERVER_THREADS], capture_output=True, text=True, timeout=180)
     assert "RESULT" in done.stdout, done.stdout + done.stderr[-2000:]
     out = json.loads(done.stdout.split("RESULT", 1)[1])
     assert out["threads"].count("python") == 1 and set(out["threads"]) <= {"python", "jemalloc_bg_thd"}
-    assert out["preloaded"] == ["torch_geometric", "lightgbm", "xgboost"]
+    assert out["preloaded"] == ["torch_geometric", "lightgbm", "xgboost", "catboost", "sklearn.model_selection",
+                                "transformers.models.auto.modeling_auto", "alembic.migration",
+                                "kagglekit.score.hillclimb"]
+    assert out["frozen"] > 100_000 and out["frozen_here"] == 0
 
 
 class _CudaBooster:

@@ -41,8 +41,17 @@ except ImportError:  # an image without it still has scikit-learn's joblib, whic
 PRELOAD = ["kagglekit.parallel.launcher", "kagglekit.loop.train", "torch._dynamo"]
 # Heavy libraries the server imports too when the notebook already has (its first cell imports
 # them before kk.start warms the server): every rank and search worker would import them again.
-ALSO_WHEN_IMPORTED = ("torch_geometric", "transformers", "peft", "lightgbm", "xgboost", "optuna",
-                      "sklearn", "pandas")
+ALSO_WHEN_IMPORTED = ("torch_geometric", "transformers", "peft", "lightgbm", "xgboost", "catboost",
+                      "optuna", "sklearn", "pandas")
+# What those libraries import on first use, which the notebook may never use itself but each child
+# does: transformers' auto classes (every model a rank builds from a name or a config), and the
+# migrations optuna's database storage checks when a search worker opens the study.
+LAZY = {"transformers": ("transformers.models.auto.modeling_auto",),
+        "optuna": ("alembic.command", "alembic.config", "alembic.migration", "alembic.script",
+                   "sqlalchemy.orm", "sqlalchemy.dialects.sqlite")}
+# Imported last: the rest of a child's imports (named in SERVER_IMPORTS), then the collector frozen.
+LAST = "kagglekit.parallel.serverimports"
+SERVER_IMPORTS = "KAGGLEKIT_SERVER_IMPORTS"  # set only while the server starts
 LARGE_BYTES = 1 << 30  # a payload above this is named: each process gets its own copy
 _PREPARED = ("name", "authkey", "sys_path", "sys_argv", "dir", "orig_dir", "log_to_stderr",
              "log_level")
@@ -57,8 +66,17 @@ def context():
     (and the heavy libraries this process has imported)."""
     ctx = mp.get_context("forkserver")
     imported = [m for m in ALSO_WHEN_IMPORTED if m in sys.modules]
-    ctx.set_forkserver_preload(PRELOAD + imported)  # read when the server starts, then fixed
+    ctx.set_forkserver_preload(PRELOAD + imported + [LAST])  # read when the server starts, then fixed
     return ctx
+
+
+def _server_imports() -> str:
+    """The modules the server imports last (serverimports): the submodules of the heavy
+    libraries and of the kit this process has imported, and the libraries' lazily built ones."""
+    roots = ("kagglekit",) + tuple(m for m in ALSO_WHEN_IMPORTED if m in sys.modules)
+    names = [n for n in list(sys.modules) if n.split(".", 1)[0] in roots and "." in n]
+    lazy = [n for root in roots for n in LAZY.get(root, ())]
+    return ",".join(sorted(set(names)) + lazy)
 
 
 def warm() -> None:
@@ -67,15 +85,17 @@ def warm() -> None:
     (as the pushed notebook's first cell does) is then preloaded, not imported again by every
     child."""
     context()
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    started_with = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p), SERVER_IMPORTS: _server_imports()}
+    before = {name: os.environ.get(name) for name in started_with}
+    os.environ.update(started_with)
     try:
         mp_forkserver.ensure_running()
     finally:
-        if before is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def server_pid() -> int | None:
