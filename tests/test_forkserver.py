@@ -348,3 +348,17 @@ def test_a_rank_waiting_in_a_collective_is_not_named_while_the_peer_it_waits_for
     watch.beat(1, "distributed/distributed_c10d.py:2900 in all_reduce", 1.0)
     watch.moved = [now - 5, now - 5]
     assert watch.stalled([0, 1]) == 0
+
+
+def test_the_servers_import_list_keeps_to_one_environment_strings_limit(monkeypatch):
+    """The list travels in one environment variable, and Linux refuses an exec whose one string
+    passes 128 KiB (the server would never start): the list is cut at a whole name, the lazily
+    imported modules first."""
+    import transformers  # noqa: F401 - the notebook imported it
+
+    from kagglekit.parallel import forkserver
+    whole = forkserver._server_imports().split(",")
+    assert whole[0] == "transformers.models.auto.modeling_auto" and "kagglekit.parallel.forked" in whole
+    monkeypatch.setattr(forkserver, "SERVER_IMPORTS_MAX", 300)
+    cut = forkserver._server_imports()
+    assert len(cut) <= 300 and cut.split(",") == whole[:len(cut.split(","))]

@@ -52,6 +52,7 @@ LAZY = {"transformers": ("transformers.models.auto.modeling_auto",),
 # Imported last: the rest of a child's imports (named in SERVER_IMPORTS), then the collector frozen.
 LAST = "kagglekit.parallel.serverimports"
 SERVER_IMPORTS = "KAGGLEKIT_SERVER_IMPORTS"  # set only while the server starts
+SERVER_IMPORTS_MAX = 100_000  # characters: under Linux's 128 KiB for one environment string
 LARGE_BYTES = 1 << 30  # a payload above this is named: each process gets its own copy
 _PREPARED = ("name", "authkey", "sys_path", "sys_argv", "dir", "orig_dir", "log_to_stderr",
              "log_level")
@@ -74,9 +75,12 @@ def _server_imports() -> str:
     """The modules the server imports last (serverimports): the submodules of the heavy
     libraries and of the kit this process has imported, and the libraries' lazily built ones."""
     roots = ("kagglekit",) + tuple(m for m in ALSO_WHEN_IMPORTED if m in sys.modules)
-    names = [n for n in list(sys.modules) if n.split(".", 1)[0] in roots and "." in n]
     lazy = [n for root in roots for n in LAZY.get(root, ())]
-    return ",".join(sorted(set(names)) + lazy)
+    names = sorted({n for n in list(sys.modules) if n.split(".", 1)[0] in roots and "." in n} - set(lazy))
+    joined = ",".join(lazy + names)
+    # One environment string longer than the kernel's limit (128 KiB) fails the server's exec: the
+    # list is a speed-up, so it is cut at the last whole name before that
+    return joined if len(joined) <= SERVER_IMPORTS_MAX else joined[:joined.rfind(",", 0, SERVER_IMPORTS_MAX)]
 
 
 def warm() -> None:
