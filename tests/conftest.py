@@ -140,6 +140,14 @@ def hermetic_env(monkeypatch, tmp_path):
 
 
 @pytest.fixture
+def half_kernels(monkeypatch):
+    """The emulated fp16 in bf16 kernels whatever this CPU has (``cpuhalf`` picks fp32 where bf16
+    is slow), for the tests of the half path: a dtype mismatch, a loss on half logits. Their
+    shapes are small: a slow bf16 costs them little."""
+    monkeypatch.setenv("KAGGLEKIT_CPU_HALF", "bf16")
+
+
+@pytest.fixture
 def kaggle_tree(tmp_path, monkeypatch):
     """A simulated Kaggle kernel: <root>/input (read-only inputs) and <root>/working."""
     root = tmp_path / "kaggle"

@@ -47,7 +47,7 @@ def _fit(ckpt, loss_fn, precision, epochs=3):
     return model, result
 
 
-def test_a_nan_under_automatic_fp16_goes_on_in_fp32_from_the_last_good_checkpoint(tmp_path):
+def test_a_nan_under_automatic_fp16_goes_on_in_fp32_from_the_last_good_checkpoint(tmp_path, half_kernels):
     ckpt = CheckpointManager(tmp_path, search=[])
     model, result = _fit(ckpt, _nan_loss(at_call=20, only_half=True),
                          Precision("fp16", "cpu", auto=True))

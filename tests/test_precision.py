@@ -65,7 +65,7 @@ def test_report_refuses_bf16_on_simulated_t4(monkeypatch):
         env.describe_machine("bf16", verbose=False)
 
 
-def test_the_emulated_t4x2_decides_as_two_t4s_and_computes_fp16_on_the_cpu(monkeypatch):
+def test_the_emulated_t4x2_decides_as_two_t4s_and_computes_fp16_on_the_cpu(monkeypatch, half_kernels):
     monkeypatch.setenv("KAGGLEKIT_EMULATE", "t4x2")
     report = env.describe_machine(verbose=False)
     assert [g.name for g in report.gpus] == ["Tesla T4", "Tesla T4"] and report.as_dict()["cpus"] == 4
@@ -78,10 +78,33 @@ def test_the_emulated_t4x2_decides_as_two_t4s_and_computes_fp16_on_the_cpu(monke
     with precision.Precision("fp16", "cpu").autocast():  # half kernels; an LSTM between: fp32
         out = torch.nn.LSTM(4, 8, batch_first=True)(torch.nn.Linear(3, 4)(torch.randn(2, 5, 3)))[0]
         assert out.dtype == torch.float32 and torch.is_autocast_enabled("cpu")
-        assert torch.nn.Linear(8, 2)(out).dtype == kk.cpuhalf.KERNELS == torch.bfloat16
+        assert torch.nn.Linear(8, 2)(out).dtype == kk.cpuhalf.kernels() == torch.bfloat16
     monkeypatch.setenv("KAGGLEKIT_EMULATE", "t4x3")
     with pytest.raises(kk.emulate.EmulationError, match="use t4x2"):
         env.describe_machine(verbose=False)
+
+
+def test_the_emulated_fp16_computes_in_fp32_where_the_cpu_has_no_fast_bf16_and_says_so(monkeypatch):
+    """An AVX2-only CPU runs bf16 through reference kernels (a convolution 20-40x slower than
+    fp32): there the emulated T4 keeps its scaler and computes in fp32; where oneDNN has bf16,
+    in bf16. The choice is the CPU's, printed with the precision, and the variable overrides it."""
+    monkeypatch.setenv("KAGGLEKIT_EMULATE", "t4x2")
+    fp16 = precision.Precision("fp16", "cpu", auto=True)
+    monkeypatch.setattr(kk.cpuhalf, "_onednn_has_bf16", lambda: False)
+    assert fp16.compute_dtype is None and precision.Amp(fp16).scaler.is_enabled()
+    with fp16.autocast():
+        assert not torch.is_autocast_enabled("cpu") and torch.nn.Linear(3, 2)(torch.randn(1, 3)).dtype == torch.float32
+    said = env.describe_machine(verbose=False).as_dict()["precision"]
+    assert said == "fp16 + GradScaler (fp32 kernels: this CPU has no fast bf16)"
+    monkeypatch.setattr(kk.cpuhalf, "_onednn_has_bf16", lambda: True)
+    assert fp16.compute_dtype == torch.bfloat16
+    assert env.describe_machine(verbose=False).as_dict()["precision"] == "fp16 + GradScaler (bf16 kernels on this CPU)"
+    monkeypatch.setenv("KAGGLEKIT_CPU_HALF", "fp32")
+    assert fp16.compute_dtype is None
+    monkeypatch.setenv("KAGGLEKIT_CPU_HALF", "fp16")  # refused at the machine's report: the run's first cell
+    with pytest.raises(kk.cpuhalf.CpuHalfError, match=r"KAGGLEKIT_CPU_HALF='fp16': use bf16 or fp32"):
+        env.describe_machine(verbose=False)
+    assert precision.choose("auto", None).compute_dtype is None  # a plain CPU run: fp32, as before
 
 
 def test_as_a_t4_a_bigger_card_decides_fp16_and_caps_its_memory_at_15_gib(monkeypatch):

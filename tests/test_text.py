@@ -135,7 +135,8 @@ def test_a_decoder_without_a_padding_token_classifies_a_padded_batch_as_each_tex
 
 
 @pytest.mark.parametrize("head", ["sequence", "answer_token"])
-def test_the_frozen_base_sits_in_16_bits_and_what_trains_in_fp32_even_after_a_fall_back_to_fp32(models, head):
+def test_the_frozen_base_sits_in_16_bits_and_what_trains_in_fp32_even_after_a_fall_back_to_fp32(models, head,
+                                                                                                half_kernels):
     """On the emulated T4 (fp16 with a GradScaler) the base is loaded in the CPU's 16-bit type and
     the adapters and head in fp32, as the scaler needs; a fit that gave fp16 up runs without
     autocast, and the half base's hidden states still meet the fp32 head."""

@@ -1,28 +1,63 @@
 """The emulated T4's fp16 carried out on a CPU: its GradScaler as on the GPU, its kernels in the
-CPU's fast half precision.
+CPU's fast half precision where the CPU has one, fp32 elsewhere.
 
 Under ``KAGGLEKIT_EMULATE=t4x2`` the kit decides fp16 with a GradScaler, as on a T4, and every
 decision that follows is the GPU's: the scaler scales, unscales, checks for infs and skips a
 step, its state is saved and resumed, a non-finite loss rolls back to fp32. Only the kernels
-differ. The CPU's fp16 kernels are far slower than its fp32 ones (measured here: a 3-D
-convolution's forward and backward 68x, a matmul 10x), which would put a notebook's single
-emulated step at Kaggle's shapes past its minutes; its bf16 kernels are as fast as fp32 or
-faster. So autocast runs in bf16: a 16-bit type through the same casts, so that half-precision
-bugs (a dtype mismatch, a loss taken on half logits) surface as on the T4. Recurrent layers run
-in fp32 (autocast off for their forward, their inputs cast up): oneDNN's half-precision LSTM is
-slower than its fp32 one, and it has no fp16 LSTM at all on most CPUs. fp16's narrow range, and
-the overflows the scaler answers, do not arise: docs/testing.md lists it.
+differ. A CPU's fp16 kernels are far slower than its fp32 ones (a 3-D convolution's forward and
+backward 68x, a matmul 10x), which would put a notebook's single emulated step at Kaggle's
+shapes past its minutes. Its bf16 kernels are as fast as fp32 where oneDNN has them (AVX-512,
+AMX) and as slow as fp16 where it has not (AVX2 only: a 2-D convolution 42x, a 3-D one 19x
+slower than fp32, ``benchmarks/cpu_half.py``). So the kernels are chosen per CPU:
+
+- bf16 where ``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` (torch's own test of it): a
+  16-bit type through the same casts, so that half-precision bugs (a dtype mismatch, a loss
+  taken on half logits) surface as on the T4. Recurrent layers run in fp32 (autocast off for
+  their forward, their inputs cast up): oneDNN's half-precision LSTM is slower than its fp32 one;
+- fp32 elsewhere: autocast off, the scaler still at work;
+- ``KAGGLEKIT_CPU_HALF=bf16|fp32`` decides instead (the tests of the half path set bf16).
+
+The choice depends on the CPU alone, never on a timing, so a run and its resume in the next
+version compute alike on one machine. fp16's narrow range, and the overflows the scaler answers,
+do not arise: docs/testing.md lists it.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
+
 import torch
 
-KERNELS = torch.bfloat16
+ENV = "KAGGLEKIT_CPU_HALF"
+CHOICES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+class CpuHalfError(ValueError):
+    """``KAGGLEKIT_CPU_HALF`` names no kernel type."""
+
+
+def kernels() -> torch.dtype:
+    """The type the emulated fp16 computes in on this CPU: bf16 or fp32 (see the module)."""
+    forced = os.environ.get(ENV, "")
+    if forced:
+        if forced not in CHOICES:
+            raise CpuHalfError(f"{ENV}={forced!r}: use bf16 or fp32, or unset it to let the CPU decide")
+        return CHOICES[forced]
+    return torch.bfloat16 if _onednn_has_bf16() else torch.float32
+
+
+@functools.cache
+def _onednn_has_bf16() -> bool:
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a build without oneDNN: no fast bf16 either
+        return False
 
 
 class _HalfOnCpu:
     def __init__(self, cache: bool):
-        self.cast = torch.autocast("cpu", dtype=KERNELS, cache_enabled=cache)
+        self.cast = torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=cache)
         self.hooks = ()
 
     def __enter__(self):
@@ -38,9 +73,10 @@ class _HalfOnCpu:
         return self.cast.__exit__(*exc)
 
 
-def autocast(cache: bool = True) -> _HalfOnCpu:
-    """The emulated fp16's autocast on the CPU (``cache=False`` as for CUDA-graph capture)."""
-    return _HalfOnCpu(cache)
+def autocast(cache: bool = True) -> _HalfOnCpu | contextlib.nullcontext:
+    """The emulated fp16's autocast on the CPU (``cache=False`` as for CUDA-graph capture): in
+    bf16, or none where the kernels are fp32."""
+    return _HalfOnCpu(cache) if kernels() == torch.bfloat16 else contextlib.nullcontext()
 
 
 def _recurrent_in_fp32(layer, args):

@@ -147,6 +147,15 @@ class EnvReport:
         return "\n".join(f"  {k:<{width}}  {v}" for k, v in self.data.items())
 
 
+def _kernels_note(policy) -> str:
+    """What an emulated card's half precision computes in on this CPU (``cpuhalf``); its
+    setting checked here, before any work."""
+    if (policy.device_type, policy.name) != ("cpu", "fp16"):
+        return ""
+    half = policy.compute_dtype
+    return " (bf16 kernels on this CPU)" if half is not None else " (fp32 kernels: this CPU has no fast bf16)"
+
+
 def describe_machine(precision: str = "auto", output_dir: Path | None = None,
            verbose: bool = True) -> EnvReport:
     """Describe the machine and decide the precision; never initialises CUDA."""
@@ -165,7 +174,7 @@ def describe_machine(precision: str = "auto", output_dir: Path | None = None,
         "gpus": [g.as_dict() for g in gpus],
         "gpu_summary": ", ".join(f"{g.name} ({g.memory_gb:g} GB, cc {g.capability[0]}.{g.capability[1]})"
                                  for g in gpus) or "none (CPU only)",
-        "precision": policy.name + (" + GradScaler" if policy.needs_scaler else ""),
+        "precision": policy.name + (" + GradScaler" if policy.needs_scaler else "") + _kernels_note(policy),
         "cpus": cpus(),
         "emulated": emulated.describe() if emulated else "no",
         "as_card": ascard.describe(imitated),

@@ -7,7 +7,8 @@
 - below 7.0 (P100): refused; current Kaggle images carry no kernels for it.
 - CPU: fp32 (bf16 autocast on CPU may be asked for explicitly).
 - ``KAGGLEKIT_EMULATE=t4x2``: the T4's decision (fp16 + GradScaler), carried out on the CPU
-  (``cpuhalf``: the scaler as on the GPU, the kernels in the CPU's fast half precision).
+  (``cpuhalf``: the scaler as on the GPU, the kernels in the CPU's fast half precision, or fp32
+  where it has none).
 """
 from __future__ import annotations
 
@@ -37,10 +38,12 @@ class Precision:
 
     @property
     def compute_dtype(self) -> torch.dtype | None:
-        """The type ``autocast`` computes in: the emulated T4's fp16 runs the CPU's bf16 kernels."""
+        """The type ``autocast`` computes in (None: fp32): the emulated T4's fp16 runs the CPU's
+        bf16 kernels, or its fp32 ones where bf16 is slow (``cpuhalf``)."""
         if (self.device_type, self.name) == ("cpu", "fp16"):
-            from .cpuhalf import KERNELS
-            return KERNELS
+            from .cpuhalf import kernels
+            half = kernels()
+            return half if half != torch.float32 else None
         return self.dtype
 
     @property
