@@ -30,7 +30,7 @@ import os
 import torch
 
 ENV = "KAGGLEKIT_CPU_HALF"
-CHOICES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+CHOICES = ("bf16", "fp32")
 
 
 class CpuHalfError(ValueError):
@@ -43,7 +43,7 @@ def kernels() -> torch.dtype:
     if forced:
         if forced not in CHOICES:
             raise CpuHalfError(f"{ENV}={forced!r}: use bf16 or fp32, or unset it to let the CPU decide")
-        return CHOICES[forced]
+        return torch.bfloat16 if forced == "bf16" else torch.float32
     return torch.bfloat16 if _onednn_has_bf16() else torch.float32
 
 
