@@ -7,7 +7,7 @@ step, its state is saved and resumed, a non-finite loss rolls back to fp32. Only
 differ. A CPU's fp16 kernels are far slower than its fp32 ones (a 3-D convolution's forward and
 backward 68x, a matmul 10x), which would put a notebook's single emulated step at Kaggle's
 shapes past its minutes. Its bf16 kernels are as fast as fp32 where oneDNN has them (AVX-512,
-AMX) and as slow as fp16 where it has not (AVX2 only: a 2-D convolution 42x, a 3-D one 19x
+AMX) and as slow as fp16 where it has not (AVX2 only: a 2-D convolution 39x, a 3-D one 33x
 slower than fp32, ``benchmarks/cpu_half.py``). So the kernels are chosen per CPU:
 
 - bf16 where ``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` (torch's own test of it): a
