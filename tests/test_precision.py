@@ -99,8 +99,10 @@ def test_the_emulated_fp16_computes_in_fp32_where_the_cpu_has_no_fast_bf16_and_s
     monkeypatch.setattr(kk.cpuhalf, "_onednn_has_bf16", lambda: True)
     assert fp16.compute_dtype == torch.bfloat16
     assert env.describe_machine(verbose=False).as_dict()["precision"] == "fp16 + GradScaler (bf16 kernels on this CPU)"
-    monkeypatch.setenv("KAGGLEKIT_CPU_HALF", "fp32")
+    monkeypatch.setenv("KAGGLEKIT_CPU_HALF", "fp32")  # a fast-bf16 CPU told otherwise: said so, not blamed
     assert fp16.compute_dtype is None
+    assert env.describe_machine(verbose=False).as_dict()["precision"] == \
+        "fp16 + GradScaler (fp32 kernels: KAGGLEKIT_CPU_HALF=fp32)"
     monkeypatch.setenv("KAGGLEKIT_CPU_HALF", "fp16")  # refused at the machine's report: the run's first cell
     with pytest.raises(kk.cpuhalf.CpuHalfError, match=r"KAGGLEKIT_CPU_HALF='fp16': use bf16 or fp32"):
         env.describe_machine(verbose=False)

@@ -47,6 +47,14 @@ def kernels() -> torch.dtype:
     return torch.bfloat16 if _onednn_has_bf16() else torch.float32
 
 
+def describe() -> str:
+    """The choice and why, for the machine report."""
+    half = "bf16" if kernels() == torch.bfloat16 else "fp32"
+    if os.environ.get(ENV):
+        return f"{half} kernels: {ENV}={half}"
+    return "bf16 kernels on this CPU" if half == "bf16" else "fp32 kernels: this CPU has no fast bf16"
+
+
 @functools.cache
 def _onednn_has_bf16() -> bool:
     try:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import ascard, emulate, gpus as gpus_mod, precision as precision_mod
+from . import ascard, cpuhalf, emulate, gpus as gpus_mod, precision as precision_mod
 
 KAGGLE_ROOT = Path("/kaggle")
 
@@ -152,8 +152,7 @@ def _kernels_note(policy) -> str:
     setting checked here, before any work."""
     if (policy.device_type, policy.name) != ("cpu", "fp16"):
         return ""
-    half = policy.compute_dtype
-    return " (bf16 kernels on this CPU)" if half is not None else " (fp32 kernels: this CPU has no fast bf16)"
+    return f" ({cpuhalf.describe()})"
 
 
 def describe_machine(precision: str = "auto", output_dir: Path | None = None,
