@@ -329,8 +329,10 @@ def test_segmentation_3d_killed_mid_training_resumes_when_run_again(tmp_path):
     from processes import kill_tree
 
     from kagglekit.tools.notebook_runner import run_folder
-    # smoke's sizes, but not smoke: smoke would replace epochs with its own 2 (16 steps, a second)
-    small = {"volumes": 4, "test_volumes": 2, "size": 24, "patch": 16, "patches_per_epoch": 32, "batch_size": 2}
+    # smoke's sizes, but not smoke: smoke would replace epochs with its own 2 (16 steps, a second); two
+    # validation volumes, of which the resumed run predicts and scores one
+    small = {"volumes": 4, "test_volumes": 2, "size": 24, "patch": 16, "patches_per_epoch": 32, "batch_size": 2,
+             "val_fraction": 0.5}
     out = tmp_path / "runs"
     notebook = REPO / "notebooks" / "segmentation_3d.ipynb"
     killed = {**small, "epochs": 40, "save_every_min": 0.0}  # 320 steps, a checkpoint after each
@@ -346,10 +348,14 @@ def test_segmentation_3d_killed_mid_training_resumes_when_run_again(tmp_path):
     sidecars = [json.loads(p.read_text()) for p in ckpts.rglob("step-*.json")]
     assert sidecars and not any(s["final"] for s in sidecars), "the run finished before it was killed"
     killed_at = max(s["step"] for s in sidecars)
-    again = run_notebook(notebook, {**small, "epochs": 3}, output_dir=folder, progress=False)
-    fit = _metrics(again)["fit"]
+    again = run_notebook(notebook, {**small, "epochs": 3, "scored_volumes": 1}, output_dir=folder, progress=False)
+    m = _metrics(again)
+    fit = m["fit"]
     assert fit["resumed_from"] and re.search(r"checkpoints/unet3d/[0-9a-f]{16}/step-", fit["resumed_from"])
     assert fit["steps"] - fit["steps_this_session"] >= killed_at
+    # of the two validation volumes only the scored one is predicted (Kaggle's split holds about 200)
+    assert m["data"]["val"] == 2 and m["predicted"]["val"] == 1 and len(m["val_scores"]) == 1
+    assert [p.stem for p in (again / "probabilities" / "val").glob("*.tif")] == [m["val_scores"][0]["volume"]]
 
 
 def _check_the_forecast_past_the_end(out: Path, table: Path, horizon: int) -> None:
