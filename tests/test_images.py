@@ -53,3 +53,30 @@ def test_class_subfolders_without_a_table_and_clear_refusals(tmp_path, digits):
         images.read_competition(digits, target_column="digit")
     with pytest.raises(images.ImageDataError, match="has no sample_submission.csv"):
         images.read_competition(tmp_path)
+
+
+@pytest.mark.slow
+def test_the_notebooks_references_frozen_features_once_and_no_svc_beyond_its_limit(tmp_path):
+    """The image notebook's references at a competition's size: the frozen network's features are a
+    unit (the next version reads them, computes none), and the SVC on the pixels, whose fit grows with
+    the square of the images (hours per fold on tens of thousands), is left out above svc_max_images,
+    said, with the frozen features as the summary's reference."""
+    import json
+    import re
+    from pathlib import Path
+
+    from kagglekit.tools.notebook_runner import run_notebook
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "image_classification.ipynb"
+    out = tmp_path / "images"
+    run_notebook(notebook, {"smoke": True}, output_dir=out, progress=False)
+    first = json.loads((out / "metrics.json").read_text())
+    assert first["chain"]["cache:frozen_features"] == "computed"
+    assert {"svc_pixels", "frozen_features"} <= set(first["scores"])
+    run_notebook(notebook, {"smoke": True, "svc_max_images": 100}, output_dir=out, progress=False)
+    again = json.loads((out / "metrics.json").read_text())
+    assert again["chain"]["cache:frozen_features"] == "hit"  # not computed again
+    assert "svc_pixels" not in again["scores"]
+    assert again["scores"]["frozen_features"] == first["scores"]["frozen_features"]
+    executed = (out / "image_classification.ipynb").read_text()
+    assert re.search(r"no SVC on the pixels: 1,\d{3} training images, above svc_max_images=100", executed)
+    assert re.search(r"CV accuracy of the submission \(\w+\)\*\*: [\d.]+ vs frozen features", executed)
