@@ -73,6 +73,29 @@ def test_windows_resample_mix_down_pad_and_name_their_rows(tmp_path):
     assert scape.shape == (12, 160000) and ids[0] == "soundscape_77_5" and ids[-1] == "soundscape_77_60"
 
 
+def test_window_counts_from_the_headers_match_the_decoded_windows(tmp_path, birdsong):
+    """What the audio notebook checks against the memory before decoding: every recording's window
+    count read from its header equals what clip_windows cuts (short ones, long ones, another rate)."""
+    import soundfile
+    t = np.arange(int(44100 * 11.3)) / 44100
+    soundfile.write(tmp_path / "long44k.wav", np.sin(2 * np.pi * 2000 * t) * 0.5, 44100)
+    clips = [*audio.read_competition(birdsong).clips, tmp_path / "long44k.wav"]
+    for count in (1, 3):
+        assert [audio.window_count(p, count) for p in clips] == [len(audio.clip_windows(p, count)) for p in clips]
+    assert audio.window_count(tmp_path / "long44k.wav", 6) == 2  # 11.3 s: two whole windows of 5 s
+
+
+def test_windows_that_outgrow_the_memory_are_refused_naming_the_count_that_fits():
+    counts = [6] * 1000 + [2] * 500  # recordings of 30 s and more, and of 10 s
+    size = 160_000  # 5 s at 32 kHz
+    needed = 2 * 7000 * size * 2  # the parts and the joined array, int16
+    assert audio.check_windows_fit(counts, size, needed) == needed
+    with pytest.raises(audio.AudioDataError, match=r"7,000 training windows .* 4\.2 GB .* windows_per_clip to 3 "):
+        audio.check_windows_fit(counts, size, 3_000_000_000, count=6)  # 3 windows: 4,000 x 0.64 MB = 2.56 GB
+    with pytest.raises(audio.AudioDataError, match="even windows_per_clip=1 needs 0.9 GB"):
+        audio.check_windows_fit(counts, size, 100_000_000, count=6)
+
+
 def test_public_data_without_test_soundscapes_reads_as_none(tmp_path):
     folder = audiosynth.write_competition(tmp_path / "public", recordings=8, soundscapes=1, public=True)
     comp = audio.read_competition(folder)

@@ -58,6 +58,19 @@ def real_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def available_memory() -> int:
+    """Bytes of memory this machine can still give without swapping (Linux's MemAvailable; the
+    physical total where /proc/meminfo is not there)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def thread_cap(threads: int, environ=None) -> int:
     """``threads``, or fewer where ``OMP_NUM_THREADS`` says so: the user's (or CI's) limit wins
     (OpenMP threads beyond the cores one is given spin on cores another process needs)."""

@@ -159,6 +159,35 @@ def soundscape_windows(path: Path | str, sample_rate: int = SAMPLE_RATE,
     return as_int16(padded.reshape(k, size)), ends
 
 
+def window_count(path: Path | str, count: int, sample_rate: int = SAMPLE_RATE, window_s: float = WINDOW_S) -> int:
+    """How many windows ``clip_windows`` cuts from a recording, from its header alone (no decoding)."""
+    import soundfile
+    info = soundfile.info(str(path))
+    if info.frames <= 0:
+        raise AudioDataError(f"{path}: no samples")
+    samples = math.ceil(info.frames * sample_rate / info.samplerate)  # resample_poly's length
+    return max(1, min(count, samples // int(window_s * sample_rate)))  # a short one repeated to one window
+
+
+def check_windows_fit(counts: list[int], window_samples: int, available: int, parameter: str = "windows_per_clip",
+                      count: int | None = None) -> int:
+    """The bytes the training windows take at their peak (the decoded parts and the joined int16 array
+    side by side); refused, naming ``parameter`` and the largest value that fits, when that passes
+    ``available``: a kernel killed for memory minutes into the decoding says nothing."""
+    def peak(k: int) -> int:
+        return 2 * sum(min(c, k) for c in counts) * window_samples * 2
+    needed = 2 * sum(counts) * window_samples * 2
+    if needed <= available:
+        return needed
+    gb, top = 2 ** 30, count or max(counts, default=1)
+    fits = max((k for k in range(1, top) if peak(k) <= available), default=0)
+    raise AudioDataError(
+        f"{sum(counts):,} training windows of {window_samples:,} samples take {needed / gb:.1f} GB of memory at "
+        f"the peak (decoded, then joined), more than the {available / gb:.1f} GB available: "
+        + (f"lower {parameter} to {fits} or less" if fits else
+           f"even {parameter}=1 needs {peak(1) / gb:.1f} GB: train on a share of the recordings"))
+
+
 def decode_all(paths: list[Path], fn, workers: int = 1) -> list:
     """``fn(path)`` for every path, in worker processes (decoding is the CPU's work on Kaggle)."""
     if workers <= 1 or len(paths) < 2:
