@@ -88,12 +88,23 @@ def test_window_counts_from_the_headers_match_the_decoded_windows(tmp_path, bird
 def test_windows_that_outgrow_the_memory_are_refused_naming_the_count_that_fits():
     counts = [6] * 1000 + [2] * 500  # recordings of 30 s and more, and of 10 s
     size = 160_000  # 5 s at 32 kHz
-    needed = 2 * 7000 * size * 2  # the parts and the joined array, int16
+    needed = 7000 * size * 2  # one int16 array
     assert audio.check_windows_fit(counts, size, needed) == needed
-    with pytest.raises(audio.AudioDataError, match=r"7,000 training windows .* 4\.2 GB .* windows_per_clip to 3 "):
-        audio.check_windows_fit(counts, size, 3_000_000_000, count=6)  # 3 windows: 4,000 x 0.64 MB = 2.56 GB
-    with pytest.raises(audio.AudioDataError, match="even windows_per_clip=1 needs 0.9 GB"):
+    with pytest.raises(audio.AudioDataError, match=r"7,000 training windows .* 2\.1 GB .* windows_per_clip to 3 "):
+        audio.check_windows_fit(counts, size, 1_300_000_000, count=6)  # 3 windows: 4,000 x 0.32 MB = 1.28 GB
+    with pytest.raises(audio.AudioDataError, match="even windows_per_clip=1 needs 0.4 GB"):
         audio.check_windows_fit(counts, size, 100_000_000, count=6)
+
+
+def test_the_windows_fill_one_array_as_the_workers_decode_them(birdsong):
+    """decode_windows: what joining every recording's clip_windows gives, byte for byte, in worker
+    processes or not, without holding the parts beside the joined array."""
+    clips = audio.read_competition(birdsong).clips
+    parts = [audio.clip_windows(p, 3) for p in clips]
+    for workers in (1, 2):
+        waves, clip = audio.decode_windows(clips, 3, workers=workers)
+        assert waves.dtype == np.int16 and np.array_equal(waves, np.concatenate(parts))
+        assert np.array_equal(clip, np.repeat(np.arange(len(clips)), [len(p) for p in parts]))
 
 
 def test_public_data_without_test_soundscapes_reads_as_none(tmp_path):

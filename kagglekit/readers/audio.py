@@ -19,6 +19,7 @@ windows are stored as int16: half of float32's bytes, and 96 dB of range above V
 from __future__ import annotations
 
 import ast
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,30 +170,59 @@ def window_count(path: Path | str, count: int, sample_rate: int = SAMPLE_RATE, w
     return max(1, min(count, samples // int(window_s * sample_rate)))  # a short one repeated to one window
 
 
+def window_counts(paths: list[Path], count: int, sample_rate: int = SAMPLE_RATE, window_s: float = WINDOW_S,
+                  workers: int = 1) -> list[int]:
+    """``window_count`` of every recording, in worker processes."""
+    return decode_all(paths, functools.partial(window_count, count=count, sample_rate=sample_rate,
+                                               window_s=window_s), workers)
+
+
 def check_windows_fit(counts: list[int], window_samples: int, available: int, parameter: str = "windows_per_clip",
                       count: int | None = None) -> int:
-    """The bytes the training windows take at their peak (the decoded parts and the joined int16 array
-    side by side); refused, naming ``parameter`` and the largest value that fits, when that passes
-    ``available``: a kernel killed for memory minutes into the decoding says nothing."""
-    def peak(k: int) -> int:
-        return 2 * sum(min(c, k) for c in counts) * window_samples * 2
-    needed = 2 * sum(counts) * window_samples * 2
+    """The bytes of the training windows (one int16 array, ``decode_windows``); refused, naming
+    ``parameter`` and the largest value that fits, when they pass ``available``: a kernel killed for
+    memory minutes into the decoding says nothing."""
+    def size(k: int) -> int:
+        return sum(min(c, k) for c in counts) * window_samples * 2
+    needed = sum(counts) * window_samples * 2
     if needed <= available:
         return needed
     gb, top = 2 ** 30, count or max(counts, default=1)
-    fits = max((k for k in range(1, top) if peak(k) <= available), default=0)
+    fits = max((k for k in range(1, top) if size(k) <= available), default=0)
     raise AudioDataError(
-        f"{sum(counts):,} training windows of {window_samples:,} samples take {needed / gb:.1f} GB of memory at "
-        f"the peak (decoded, then joined), more than the {available / gb:.1f} GB available: "
+        f"{sum(counts):,} training windows of {window_samples:,} samples take {needed / gb:.1f} GB of memory, "
+        f"more than the {available / gb:.1f} GB available: "
         + (f"lower {parameter} to {fits} or less" if fits else
-           f"even {parameter}=1 needs {peak(1) / gb:.1f} GB: train on a share of the recordings"))
+           f"even {parameter}=1 needs {size(1) / gb:.1f} GB: train on a share of the recordings"))
+
+
+def decode_windows(paths: list[Path], count: int, sample_rate: int = SAMPLE_RATE, window_s: float = WINDOW_S,
+                   workers: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Every recording's first ``count`` windows (``clip_windows``) in one (windows, samples) int16
+    array, and each window's recording. The array is sized from the headers first and filled as the
+    workers hand each recording back: the parts are never all held beside it (that doubled the peak)."""
+    counts = window_counts(paths, count, sample_rate, window_s, workers)
+    starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+    waves = np.empty((int(starts[-1]), int(window_s * sample_rate)), np.int16)
+    cut = functools.partial(clip_windows, count=count, sample_rate=sample_rate, window_s=window_s)
+    for i, part in enumerate(_each_decoded(paths, cut, workers)):
+        if len(part) != counts[i]:
+            raise AudioDataError(f"{paths[i]}: {len(part)} windows decoded where its header said {counts[i]}")
+        waves[starts[i]:starts[i + 1]] = part
+    return waves, np.repeat(np.arange(len(paths)), counts)
 
 
 def decode_all(paths: list[Path], fn, workers: int = 1) -> list:
     """``fn(path)`` for every path, in worker processes (decoding is the CPU's work on Kaggle)."""
+    return list(_each_decoded(paths, fn, workers))
+
+
+def _each_decoded(paths: list[Path], fn, workers: int):
+    """``fn(path)`` for every path in order, yielded as it comes back from the worker processes."""
     if workers <= 1 or len(paths) < 2:
-        return [fn(p) for p in paths]
+        yield from (fn(p) for p in paths)
+        return
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
     with ProcessPoolExecutor(min(workers, len(paths)), mp_context=mp.get_context("fork")) as pool:
-        return list(pool.map(fn, paths, chunksize=max(1, len(paths) // (4 * workers))))
+        yield from pool.map(fn, paths, chunksize=max(1, len(paths) // (4 * workers)))
