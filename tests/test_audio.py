@@ -97,8 +97,8 @@ def test_windows_that_outgrow_the_memory_are_refused_naming_the_count_that_fits(
 
 
 def test_the_windows_fill_one_array_as_the_workers_decode_them(birdsong):
-    """decode_windows: what joining every recording's clip_windows gives, byte for byte, in worker
-    processes or not, without holding the parts beside the joined array."""
+    """decode_windows (which never holds the parts beside the array it fills) gives what joining every
+    recording's clip_windows gives, byte for byte, in worker processes or not."""
     clips = audio.read_competition(birdsong).clips
     parts = [audio.clip_windows(p, 3) for p in clips]
     for workers in (1, 2):

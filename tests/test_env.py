@@ -89,3 +89,25 @@ def test_the_kaggle_budget_counts_from_the_container_on_kaggle_and_from_the_kern
     monkeypatch.delenv("KAGGLEKIT_ROOT")
     monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Batch")
     assert budget.Budget.resolve(None).remaining() < 0  # real Kaggle: 13 h since the container began
+
+
+def test_available_memory_is_the_containers_where_its_cgroup_leaves_less(tmp_path):
+    """A container reads the whole machine's /proc/meminfo: its cgroup's limit less its usage is
+    what it can still take (v2 and v1 layouts), and an unlimited cgroup ("max") changes nothing."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "meminfo").write_text("MemTotal:       32000000 kB\nMemAvailable:   30000000 kB\n")
+    assert env.available_memory(tmp_path) == 30000000 * 1024
+    v2 = tmp_path / "sys" / "fs" / "cgroup"
+    v2.mkdir(parents=True)
+    (v2 / "memory.max").write_text("max\n")
+    (v2 / "memory.current").write_text("1000\n")
+    assert env.available_memory(tmp_path) == 30000000 * 1024
+    (v2 / "memory.max").write_text(f"{16 * 2**30}\n")
+    (v2 / "memory.current").write_text(f"{4 * 2**30}\n")
+    assert env.available_memory(tmp_path) == 12 * 2**30
+    for name in ("memory.max", "memory.current"):
+        (v2 / name).unlink()
+    (v2 / "memory").mkdir()
+    (v2 / "memory" / "memory.limit_in_bytes").write_text(f"{8 * 2**30}\n")
+    (v2 / "memory" / "memory.usage_in_bytes").write_text(f"{2**30}\n")
+    assert env.available_memory(tmp_path) == 7 * 2**30

@@ -59,8 +59,8 @@ def test_class_subfolders_without_a_table_and_clear_refusals(tmp_path, digits):
 def test_the_notebooks_references_frozen_features_once_and_no_svc_beyond_its_limit(tmp_path):
     """The image notebook's references at a competition's size: the frozen network's features are a
     unit (the next version reads them, computes none), and the SVC on the pixels, whose fit grows with
-    the square of the images (hours per fold on tens of thousands), is left out above svc_max_images,
-    said, with the frozen features as the summary's reference."""
+    the square of the images, is left out above svc_max_images, said, with the frozen features as the
+    summary's reference."""
     import json
     import re
     from pathlib import Path

@@ -58,17 +58,29 @@ def real_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def available_memory() -> int:
-    """Bytes of memory this machine can still give without swapping (Linux's MemAvailable; the
-    physical total where /proc/meminfo is not there)."""
+def available_memory(root: Path = Path("/")) -> int:
+    """Bytes of memory this process can still take: Linux's MemAvailable, or less where the
+    container's cgroup (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) leaves less (a container
+    sees the whole machine's meminfo); the physical total where /proc/meminfo is not there."""
+    free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    meminfo = _read(root / "proc" / "meminfo")
+    for line in meminfo.splitlines():
+        if line.startswith("MemAvailable:"):
+            free = int(line.split()[1]) * 1024
+    cgroup = root / "sys" / "fs" / "cgroup"
+    for limit, used in (("memory.max", "memory.current"),
+                        ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+        cap, now = _read(cgroup / limit).strip(), _read(cgroup / used).strip()
+        if cap.isdigit() and now.isdigit():
+            free = min(free, max(0, int(cap) - int(now)))
+    return free
+
+
+def _read(path: Path) -> str:
     try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+        return path.read_text()
     except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return ""
 
 
 def thread_cap(threads: int, environ=None) -> int:
