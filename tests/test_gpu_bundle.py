@@ -22,7 +22,7 @@ def test_the_bundle_holds_what_the_device_lacks_and_its_dry_run_installs_imports
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     manifest = json.loads((bundle / "manifest.json").read_text())
     names = {w["name"].lower() for w in manifest["wheels"]}
-    assert {"papermill", "ipykernel", "optuna", "lightgbm", "xgboost-cpu", "kaggle"} <= names
+    assert {"papermill", "ipykernel", "optuna", "lightgbm", "xgboost-cpu", "kaggle", "soundfile", "cffi"} <= names
     provided = {p["name"].lower() for p in manifest["provided_by_the_image"]}
     assert {"numpy", "scipy", "pyyaml"} <= provided and not names & {"torch", "numpy", "transformers"}
     assert manifest["bytes"] <= 56 * 2**20

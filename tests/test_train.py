@@ -344,3 +344,24 @@ def test_the_weights_average_is_the_exponential_average_of_each_steps_weights():
     assert not torch.equal(got["0.weight"], model.state_dict()["0.weight"])
     with pytest.raises(ValueError, match="between 0 and 1"):
         kk.Ema(1.0)
+
+
+def test_resetting_the_peak_before_the_first_cuda_allocation_asks_nothing_of_the_allocator(monkeypatch):
+    """torch.cuda.reset_peak_memory_stats before a process's first CUDA allocation raises "Invalid
+    device argument" (the sequence notebook's first model on a lent H200): there is no peak to reset
+    yet, so the kit does not ask; once CUDA has started, it does."""
+    from kagglekit.loop import memory
+    asked = []
+
+    def reset(device):
+        if not torch.cuda.is_initialized():
+            raise RuntimeError("Invalid device argument ")
+        asked.append(device)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    memory.reset_peak("cuda:0")
+    memory.reset_peak("cpu")
+    assert asked == []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    memory.reset_peak("cuda:0")
+    assert asked == ["cuda:0"]

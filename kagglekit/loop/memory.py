@@ -13,7 +13,10 @@ def _cuda(device) -> bool:
 
 
 def reset_peak(device) -> None:
-    if _cuda(device):
+    """Start the device's peak figure anew. Before this process's first CUDA allocation there is no
+    peak to reset, and torch's allocator, not started yet, refuses the call ("Invalid device
+    argument": the sequence notebook's first model on a card, seen on a lent H200)."""
+    if _cuda(device) and torch.cuda.is_initialized():
         torch.cuda.reset_peak_memory_stats(device)
 
 
