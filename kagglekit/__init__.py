@@ -17,7 +17,7 @@ _PARTS = {
     "parallel": ["ranks", "forkserver", "heartbeat", "forked", "launcher", "ranklog", "loaders", "batches", "workers"],
     "state": ["atomic", "rng", "space", "keys", "reads", "identity", "cache", "snapshot", "found", "checkpoint",
               "published"],
-    "readers": ["tiff", "volumecache", "volumes", "csvfile", "graphsets", "timeseries", "windows", "tables",
+    "readers": ["decoding", "tiff", "volumecache", "volumes", "csvfile", "graphsets", "timeseries", "windows", "tables",
                 "datasets", "graph", "textsets", "translation", "images", "audio", "audiosynth", "manpages",
                 "pretrained", "competition", "playground"],
     "loop": ["train", "epochs", "step", "halving", "fitoptions", "fitstate", "durable", "resuming", "restarts",

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import kagglekit as kk
-from kagglekit.readers import audio, audiosynth
+from kagglekit.readers import audio, audiosynth, decoding
 
 sys.path.insert(0, str(Path(__file__).parent))
 REPO = Path(__file__).resolve().parents[1]
@@ -87,24 +87,79 @@ def test_window_counts_from_the_headers_match_the_decoded_windows(tmp_path, bird
 
 def test_windows_that_outgrow_the_memory_are_refused_naming_the_count_that_fits():
     counts = [6] * 1000 + [2] * 500  # recordings of 30 s and more, and of 10 s
-    size = 160_000  # 5 s at 32 kHz
-    needed = 7000 * size * 2  # one int16 array
-    assert audio.check_windows_fit(counts, size, needed) == needed
-    with pytest.raises(audio.AudioDataError, match=r"7,000 training windows .* 2\.1 GB .* windows_per_clip to 3 "):
-        audio.check_windows_fit(counts, size, 1_300_000_000, count=6)  # 3 windows: 4,000 x 0.32 MB = 1.28 GB
+    size = 160_000 * 2  # 5 s at 32 kHz as int16
+    needed = 7000 * size  # one array
+    assert audio.check_windows_fit(counts, size, {"memory": needed, "output": 10 * needed}) == needed
+    with pytest.raises(audio.AudioDataError, match=r"7,000 training windows of 312 KB take 2\.1 GB, more than "
+                                                   r"the 1\.2 GB of memory: lower windows_per_clip to 3 or less"):
+        audio.check_windows_fit(counts, size, {"memory": 1_300_000_000, "output": 10 * needed}, count=6)
     with pytest.raises(audio.AudioDataError, match="even windows_per_clip=1 needs 0.4 GB"):
-        audio.check_windows_fit(counts, size, 100_000_000, count=6)
+        audio.check_windows_fit(counts, size, {"memory": 100_000_000}, count=6)
+    # The tightest of the places that hold them is named: here the output the unit's cache is kept in.
+    with pytest.raises(audio.AudioDataError, match=r"1\.2 GB of Kaggle's saved output: lower windows_per_clip to 3"):
+        audio.check_windows_fit(counts, size, {"memory": 10 * needed, "Kaggle's saved output": 1_300_000_000}, count=6)
+
+
+def test_on_kaggle_the_room_to_keep_a_cache_is_what_is_left_of_the_20_gb(kaggle_tree, monkeypatch):
+    """The audio notebook checks its windows against this before decoding them into a cached unit:
+    under /kaggle/working the ~20 GB a version keeps, less what is there; elsewhere the free disk."""
+    from kagglekit.state import space
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Batch")
+    working = kaggle_tree / "working"
+    (working / "checkpoints").mkdir()
+    (working / "checkpoints" / "step.pt").write_bytes(b"x" * 1000)
+    monkeypatch.setattr(space.shutil, "disk_usage", lambda p: type("U", (), {"free": 10**12})())
+    assert space.room_to_keep(working / "cache") == space.KAGGLE_OUTPUT_LIMIT - 1000
+    assert space.room_to_keep(kaggle_tree / "temp") == 10**12  # not kept: only the disk bounds it
+    monkeypatch.setattr(space.shutil, "disk_usage", lambda p: type("U", (), {"free": 5 * 10**9})())
+    assert space.room_to_keep(working / "cache") == 5 * 10**9  # a fuller disk than the limit
 
 
 def test_the_windows_fill_one_array_as_the_workers_decode_them(birdsong):
     """decode_windows (which never holds the parts beside the array it fills) gives what joining every
-    recording's clip_windows gives, byte for byte, in worker processes or not."""
+    recording's clip_windows gives, byte for byte, in worker processes or not; with a transform (the
+    notebook's spectrogram), what the transform makes of them, batch by batch, never the waves."""
     clips = audio.read_competition(birdsong).clips
     parts = [audio.clip_windows(p, 3) for p in clips]
+    joined = np.concatenate(parts)
+    seen = []
+
+    def halve(waves):  # features of another shape and type, and a record of what each call got
+        seen.append(len(waves))
+        return (waves[:, ::2].astype(np.float32) / 7).astype(np.float16)
     for workers in (1, 2):
         waves, clip = audio.decode_windows(clips, 3, workers=workers)
-        assert waves.dtype == np.int16 and np.array_equal(waves, np.concatenate(parts))
+        assert waves.dtype == np.int16 and np.array_equal(waves, joined)
         assert np.array_equal(clip, np.repeat(np.arange(len(clips)), [len(p) for p in parts]))
+        seen.clear()
+        features, clip = audio.decode_windows(clips, 3, workers=workers, transform=halve, batch=5)
+        assert features.dtype == np.float16 and np.array_equal(features, halve(joined))
+        assert np.array_equal(clip, np.repeat(np.arange(len(clips)), [len(p) for p in parts]))
+        assert max(seen[1:-1]) < 5 + 3 and sum(seen[1:-1]) == len(joined)  # the probe, the batches, the check
+
+
+def _logged(path, log: Path):
+    """A stand-in decoder that notes, in a file every worker appends to, each recording it starts."""
+    with open(log, "a") as out:
+        out.write(f"{path}\n")
+    return path
+
+
+def test_decoders_run_only_a_few_chunks_ahead_of_a_slow_consumer(tmp_path):
+    """The spectrograms on the CPU consume slower than the workers decode: the workers may run at most
+    AHEAD chunks each ahead of what was taken, not through the whole set (pool.map queued every
+    recording's windows in memory: 1,180 MB of waves measured behind a 296 MB array)."""
+    import functools
+    import time
+    log = tmp_path / "started.log"
+    paths = [f"rec{i:03d}" for i in range(240)]
+    ahead = []
+    for taken, path in enumerate(decoding.each_decoded(paths, functools.partial(_logged, log=log), workers=2), 1):
+        assert path == paths[taken - 1]  # in order
+        time.sleep(0.004)  # the slow consumer
+        ahead.append(len(log.read_text().splitlines()) - taken)
+    bound = decoding.CHUNK * (decoding.AHEAD * 2 + 1)  # the chunks submitted and the one being taken
+    assert max(ahead) <= bound < len(paths) // 2, (max(ahead), bound)
 
 
 def test_public_data_without_test_soundscapes_reads_as_none(tmp_path):

@@ -40,6 +40,33 @@ def test_decoded_once_the_images_keep_what_a_plain_svc_reads(digits):
     assert submission.columns.tolist() == ["image_id", "label"] and submission["label"].tolist() == predicted
 
 
+def test_the_images_fill_one_array_as_the_workers_decode_them(digits):
+    """decode_all fills one array (a list stacked at the end held every image twice) with what
+    decoding each image gives, byte for byte, in worker processes or not, in train.csv's order."""
+    with pytest.warns(UserWarning):
+        comp = images.read_competition(digits)
+    paths = comp.paths[:150]
+    one_by_one = np.stack([images.decode(p, 12) for p in paths])
+    for workers in (1, 2):
+        decoded = images.decode_all(paths, 12, workers=workers)
+        assert decoded.dtype == np.uint8 and np.array_equal(decoded, one_by_one)
+    assert images.decode_all([], 12, workers=2).shape == (0, 12, 12, 3)
+
+
+def test_images_that_outgrow_the_memory_or_the_output_are_refused_naming_the_side_that_fits():
+    """100,000 images at 224 x 224 take 14 GB (2^30 bytes each) as uint8: they fit in a T4 x2 machine's memory, not in
+    an output with 10 GB left (the decoded unit is kept there); the side that fits is named."""
+    gb = 2**30
+    room = {"memory": 26 * gb, "output kept": 19 * gb}
+    assert images.check_decoded_fit(100_000, 224, room) == 100_000 * 224 * 224 * 3
+    with pytest.raises(images.ImageDataError, match=r"100,000 images decoded at 224 x 224 take 14\.0 GB, more than "
+                                                    r"the 10\.0 GB of output kept: lower image_size to 189 or less"):
+        images.check_decoded_fit(100_000, 224, {"memory": 26 * gb, "output kept": 10 * gb})
+    assert 100_000 * 189 * 189 * 3 <= 10 * gb < 100_000 * 190 * 190 * 3  # the side named is the largest that fits
+    with pytest.raises(images.ImageDataError, match="0.0 GB of memory: train on a share of the images"):
+        images.check_decoded_fit(100_000, 224, {"memory": 2**20})
+
+
 def test_class_subfolders_without_a_table_and_clear_refusals(tmp_path, digits):
     import shutil
     shutil.copytree(digits / "test_images", tmp_path / "c" / "test_images")

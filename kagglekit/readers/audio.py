@@ -14,7 +14,8 @@ replace it only in the scoring rerun, so a version that finds none writes the he
 
 Audio is decoded by libsndfile (``soundfile``, in Kaggle's image): Ogg Vorbis, FLAC, WAV; stereo
 is averaged to mono and another sample rate resampled (``scipy.signal.resample_poly``). Decoded
-windows are stored as int16: half of float32's bytes, and 96 dB of range above Vorbis's own loss.
+windows are stored as int16: half of float32's bytes, and 96 dB of range above Vorbis's own loss; or, through
+a transform applied as they are decoded, as the features a model reads (float16 log-mel spectrograms).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from . import csvfile
+from .decoding import decode_all, each_decoded  # noqa: F401 (kk.audio.decode_all: the notebook's)
 
 SAMPLE_RATE = 32000  # BirdCLEF's, every year
 WINDOW_S = 5  # the scored window
@@ -177,52 +179,51 @@ def window_counts(paths: list[Path], count: int, sample_rate: int = SAMPLE_RATE,
                                                window_s=window_s), workers)
 
 
-def check_windows_fit(counts: list[int], window_samples: int, available: int, parameter: str = "windows_per_clip",
+def check_windows_fit(counts: list[int], window_bytes: int, room: dict[str, int], parameter: str = "windows_per_clip",
                       count: int | None = None) -> int:
-    """The bytes of the training windows (one int16 array, ``decode_windows``); refused, naming
-    ``parameter`` and the largest value that fits, when they pass ``available``: a kernel killed for
-    memory minutes into the decoding says nothing."""
+    """The bytes of the training windows (one array, ``decode_windows``, ``window_bytes`` each);
+    refused, naming ``parameter`` and the largest value that fits, when they pass any of ``room``
+    (what holds them -> its bytes: the memory, the saved output that caches them): a kernel killed
+    for memory minutes into the decoding says nothing, and an output over Kaggle's limit is lost."""
     def size(k: int) -> int:
-        return sum(min(c, k) for c in counts) * window_samples * 2
-    needed = sum(counts) * window_samples * 2
+        return sum(min(c, k) for c in counts) * window_bytes
+    needed, gb = size(max(counts, default=1)), 2 ** 30
+    where, available = min(room.items(), key=lambda item: item[1])
     if needed <= available:
         return needed
-    gb, top = 2 ** 30, count or max(counts, default=1)
+    top = count or max(counts, default=1)
     fits = max((k for k in range(1, top) if size(k) <= available), default=0)
     raise AudioDataError(
-        f"{sum(counts):,} training windows of {window_samples:,} samples take {needed / gb:.1f} GB of memory, "
-        f"more than the {available / gb:.1f} GB available: "
+        f"{sum(counts):,} training windows of {window_bytes / 2**10:,.0f} KB take {needed / gb:.1f} GB, more than "
+        f"the {available / gb:.1f} GB of {where}: "
         + (f"lower {parameter} to {fits} or less" if fits else
            f"even {parameter}=1 needs {size(1) / gb:.1f} GB: train on a share of the recordings"))
 
 
 def decode_windows(paths: list[Path], count: int, sample_rate: int = SAMPLE_RATE, window_s: float = WINDOW_S,
-                   workers: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Every recording's first ``count`` windows (``clip_windows``) in one (windows, samples) int16
-    array, and each window's recording. The array is sized from the headers first and filled as the
-    workers hand each recording back: the parts are never all held beside it (that doubled the peak)."""
+                   workers: int = 1, transform=None, batch: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """Every recording's first ``count`` windows (``clip_windows``) in one array, and each window's
+    recording. The array is sized from the headers first and filled as the workers hand each
+    recording back: the parts are never all held beside it (that doubled the peak).
+
+    ``transform``: (k, samples) int16 windows -> (k, ...) features (a log-mel spectrogram), applied
+    ``batch`` windows at a time as they arrive; the array then holds its outputs and the waves are
+    never all held (BirdCLEF's recordings take tens of GB as waves, a quarter of that or less as
+    float16 spectrograms). Without it the array holds the int16 waves."""
     counts = window_counts(paths, count, sample_rate, window_s, workers)
     starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-    waves = np.empty((int(starts[-1]), int(window_s * sample_rate)), np.int16)
+    size = int(window_s * sample_rate)
+    transform = transform or (lambda waves: waves)
+    probe = np.asarray(transform(np.zeros((1, size), np.int16)))  # the features' shape and type
+    out = np.empty((int(starts[-1]), *probe.shape[1:]), probe.dtype)
     cut = functools.partial(clip_windows, count=count, sample_rate=sample_rate, window_s=window_s)
-    for i, part in enumerate(_each_decoded(paths, cut, workers)):
+    pending: list[np.ndarray] = []
+    filled = 0
+    for i, part in enumerate(each_decoded(paths, cut, workers)):
         if len(part) != counts[i]:
             raise AudioDataError(f"{paths[i]}: {len(part)} windows decoded where its header said {counts[i]}")
-        waves[starts[i]:starts[i + 1]] = part
-    return waves, np.repeat(np.arange(len(paths)), counts)
-
-
-def decode_all(paths: list[Path], fn, workers: int = 1) -> list:
-    """``fn(path)`` for every path, in worker processes (decoding is the CPU's work on Kaggle)."""
-    return list(_each_decoded(paths, fn, workers))
-
-
-def _each_decoded(paths: list[Path], fn, workers: int):
-    """``fn(path)`` for every path in order, yielded as it comes back from the worker processes."""
-    if workers <= 1 or len(paths) < 2:
-        yield from (fn(p) for p in paths)
-        return
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-    with ProcessPoolExecutor(min(workers, len(paths)), mp_context=mp.get_context("fork")) as pool:
-        yield from pool.map(fn, paths, chunksize=max(1, len(paths) // (4 * workers)))
+        pending.append(part)
+        if starts[i + 1] - filled >= batch or i == len(paths) - 1:
+            out[filled:starts[i + 1]] = transform(np.concatenate(pending))
+            pending, filled = [], int(starts[i + 1])
+    return out, np.repeat(np.arange(len(paths)), counts)
