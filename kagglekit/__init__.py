@@ -14,7 +14,8 @@ from .machine.version import __version__  # noqa: F401 (the package face shows i
 _PARTS = {
     "machine": ["version", "env", "cards", "gpus", "driver", "emulate", "ascard", "precision", "int8", "cpuhalf",
                 "budget", "inputs", "display", "signals", "packages"],
-    "parallel": ["ranks", "forkserver", "heartbeat", "forked", "launcher", "ranklog", "loaders", "batches", "workers"],
+    "parallel": ["ranks", "mapped", "forkserver", "heartbeat", "forked", "launcher", "ranklog", "loaders", "batches",
+                 "workers"],
     "state": ["atomic", "rng", "space", "keys", "reads", "identity", "cache", "snapshot", "found", "checkpoint",
               "published"],
     "readers": ["decoding", "tiff", "volumecache", "volumes", "csvfile", "graphsets", "timeseries", "windows", "tables",

@@ -132,7 +132,7 @@ def test_a_large_payload_is_said_with_its_largest_object(monkeypatch, capsys):
     forkserver.pack(lambda: (table.sum(), small), "launch()")
     err = capsys.readouterr().err
     assert "launch() sends 0.0 GiB to each process (the largest: `table`" in err
-    assert "Read large data inside the launched function" in err
+    assert "Keep large data in a unit cached with mapped=True" in err
 
 
 ORPHANED = """

@@ -17,9 +17,10 @@ done since (benchmarks/launch_start.py).
 What a child runs travels by value (cloudpickle): functions, classes and lambdas defined in the
 notebook, and everything they refer to. With them go the notebook's environment variables
 (read again at each start, so a restart's smaller batches reach the new ranks) and its working
-folder. Unlike with a fork, the data they refer to is copied: ``pack`` names the largest object
-when the payload is large. An object that cannot travel (an open file, a lock, a generator) is
-named with the fix before any process starts (``Unsendable``).
+folder. Unlike with a fork, the data they refer to is copied, except tensors memory-mapped from a
+file (``mapped``: a unit's value cached with ``mapped=True``), which travel as the file: ``pack``
+names the largest object when the payload is large. An object that cannot travel (an open file,
+a lock, a generator) is named with the fix before any process starts (``Unsendable``).
 """
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ import os
 import sys
 import types
 from multiprocessing import context as mp_context, forkserver as mp_forkserver, popen_forkserver, util as mp_util
+
+import torch
+
+from . import mapped
 
 try:
     import cloudpickle
@@ -144,11 +149,13 @@ class Process(mp_context.ForkServerProcess):
 
 
 class _Pickler(cloudpickle.CloudPickler):
-    """cloudpickle, plus: an object a library registered in ``sys.modules`` that is not a plain
-    module (``torch.classes``, a ModuleType subclass cloudpickle's table of types misses) travels
-    by its name. cloudpickle sends the "sub-modules" a function can
-    reach by attribute, so any launched function that uses torch and an attribute named
-    ``classes`` (``data.classes``) failed with "cannot pickle '_Classes' object"."""
+    """cloudpickle, plus two things. A tensor memory-mapped from a file travels as that file
+    (``mapped``): the processes share its pages instead of each unpacking a copy. An object a
+    library registered in ``sys.modules`` that is not a plain module (``torch.classes``, a
+    ModuleType subclass cloudpickle's table of types misses) travels by its name: cloudpickle
+    sends the "sub-modules" a function can reach by attribute, so any launched function that
+    uses torch and an attribute named ``classes`` (``data.classes``) failed with "cannot pickle
+    '_Classes' object"."""
 
     def __init__(self, file, protocol=None):
         super().__init__(file, protocol=protocol)
@@ -158,6 +165,10 @@ class _Pickler(cloudpickle.CloudPickler):
         name = self.registered.get(id(obj))
         if name is not None:
             return importlib.import_module, (name,)
+        if isinstance(obj, torch.Tensor):  # mapped from a file: sent as the file (mapped.reference)
+            reduced = mapped.reference(obj)
+            if reduced is not None:
+                return reduced
         return super().reducer_override(obj)
 
 
@@ -168,16 +179,21 @@ def _registered_non_modules() -> dict[int, str]:
 def pack(obj, what: str = "launch()") -> bytes:
     """``obj`` as bytes another process can load, by value where the notebook defined it."""
     try:
-        buffer = io.BytesIO()
-        _Pickler(buffer, protocol=5).dump(obj)
-        payload = buffer.getvalue()
+        payload = _dumps(obj)
     except Exception as err:  # noqa: BLE001 - any pickling failure is the user's object
         raise Unsendable(_unsendable(obj, what, err)) from None
     if len(payload) > LARGE_BYTES:
         print(f"kagglekit: {what} sends {len(payload) / 2**30:.1f} GiB to each process "
-              f"({_largest(obj)}); each keeps its own copy. Read large data inside the launched "
-              "function (from its file, or a path passed instead)", file=sys.stderr, flush=True)
+              f"({_largest(obj)}); each keeps its own copy. Keep large data in a unit cached with "
+              "mapped=True (its file travels instead), or read it inside the launched function",
+              file=sys.stderr, flush=True)
     return payload
+
+
+def _dumps(obj) -> bytes:
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=5).dump(obj)
+    return buffer.getvalue()
 
 
 def unpack(payload: bytes):
@@ -249,7 +265,7 @@ def _names(code) -> set[str]:
 
 def _largest(obj, name: str = "it", depth: int = 0) -> str:
     """The part that makes most of ``obj``'s payload, followed down while one part does."""
-    sizes = [(len(cloudpickle.dumps(part, protocol=5)), part_name, part)
+    sizes = [(len(_dumps(part)), part_name, part)
              for part_name, part in _parts(obj, name) if _picklable(part)]
     if not sizes:
         return f"the largest: {name}"

@@ -151,12 +151,12 @@ class Run:
         return Unit.of(self, name, config, data, code, leave_out)
 
     def cached(self, name: str, fn, *, code=None, data=None, config: dict | None = None,
-               leave_out: dict | None = None):
+               leave_out: dict | None = None, mapped: bool = False):
         """``fn()``'s result, from the cache when it is there: the unit ``name`` (``run.unit``;
-        its code ``fn`` unless ``code`` says otherwise) ``.cached(fn)``; hits, misses and time
-        saved go to metrics.json."""
+        its code ``fn`` unless ``code`` says otherwise) ``.cached(fn, mapped=mapped)``; hits,
+        misses and time saved go to metrics.json."""
         return self.unit(name, code=fn if code is None else code, data=data, config=config,
-                         leave_out=leave_out).cached(fn)
+                         leave_out=leave_out).cached(fn, mapped=mapped)
 
     def sub(self, folder: str) -> Run:
         """A run of its own in ``<output>/<folder>`` (its cache, checkpoints, folds and

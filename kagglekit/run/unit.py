@@ -131,14 +131,16 @@ class Unit:
         known yet, so yes)?"""
         return seconds is None or self.run.budget().allows(ESTIMATE_MARGIN * seconds)
 
-    def cached(self, fn):
+    def cached(self, fn, *, mapped: bool = False):
         """``fn()``'s result, stored under this unit's key; a stored one is returned without
         running ``fn`` (its finished checkpoints carried into this output). ``fn`` raising
         ``Unfinished`` stores nothing: the next version resumes it. ``fn`` reading a parameter
-        the key does not hold is refused first (``check``)."""
+        the key does not hold is refused first (``check``). ``mapped``: its tensors memory-mapped
+        from the stored file, hit or miss alike: for data larger than a copy per rank (decoded
+        images), as a launch sends the file to the ranks, not the bytes (``parallel.mapped``)."""
         self.check(fn)
         run, cache = self.run, self.run.cache
-        value = cache.compute(self.name, self.key, fn, config=self.config, shaping=self.shaping)
+        value = cache.compute(self.name, self.key, fn, config=self.config, shaping=self.shaping, mapped=mapped)
         hit = cache.events[-1]["hit"]  # compute's own record of this entry
         if hit:
             self.carry()

@@ -10,7 +10,8 @@ cannot run code when loaded (torch with ``weights_only=True``, JSON, XGBoost's
 own UBJSON model format, LightGBM's own text model format) and ``meta.json`` with
 its sha256. On Kaggle a miss in the working dir is looked up in the attached
 inputs (the previous kernel version's output) and a hit there is copied over, so
-the next version has it too.
+the next version has it too. ``mapped=True`` returns a value of tensors memory-mapped from
+this output's file instead of read (``parallel.mapped``: what the ranks of a launch then share).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from pathlib import Path
 import torch
 
 from ..machine import env
+from ..parallel import mapped as mapping
 from . import atomic
 from .keys import code_version, fingerprint, key, shaping as shaping_of  # noqa: F401 (kk.cache.fingerprint)
 
@@ -72,9 +74,9 @@ def _write(value, kind: str, path: Path) -> None:
             tmp.write_text(json.dumps(value, sort_keys=True))
 
 
-def _read(kind: str, path: Path):
-    if kind == "torch":
-        return torch.load(path, map_location="cpu", weights_only=True)
+def _read(kind: str, path: Path, mapped: bool = False):
+    if kind == "torch":  # mapped: memory-mapped from the file, which a launch sends instead of the bytes
+        return mapping.load(path) if mapped else torch.load(path, map_location="cpu", weights_only=True)
     if kind == "xgboost":
         import xgboost
         booster = xgboost.Booster()
@@ -105,13 +107,14 @@ class Cache:
     def _inputs(self, name: str, k: str) -> list[Path]:
         return [p for p in env.find_inputs(f"cache/{name}/{k}") if (p / "meta.json").exists()]
 
-    def _load(self, entry: Path):
+    def _verified(self, entry: Path) -> dict:
+        """The entry's meta, once its payload's sha256 is the one it records."""
         meta = json.loads((entry / "meta.json").read_text())
         payload = entry / _FILES[meta["kind"]]
         digest = atomic.sha256_file(payload)
         if digest != meta["sha256"]:
             raise ValueError(f"sha256 mismatch for {payload} (corrupted or truncated)")
-        return _read(meta["kind"], payload), meta
+        return meta
 
     def has(self, name: str, k: str, shaping: dict | None = None) -> bool:
         """Is there an entry ``name``/``k`` made under ``shaping``, here or in the inputs (not
@@ -121,20 +124,24 @@ class Cache:
         metas = [e / "meta.json" for e in [self.root / name / k, *self._inputs(name, k)]]
         return any(_shaped(m, shaping) for m in metas if m.exists())
 
-    def lookup(self, name: str, k: str, shaping: dict | None = None):
+    def lookup(self, name: str, k: str, shaping: dict | None = None, mapped: bool = False):
         """(value, meta, where) of a usable entry made under ``shaping``, else None; corrupt
-        ones are reported."""
+        ones are reported. ``mapped``: its tensors mapped from this output's copy of the file."""
         local = self.root / name / k
         for entry in [local, *self._inputs(name, k)]:
             if not (entry / "meta.json").exists() or not _shaped(entry / "meta.json", shaping):
                 continue
             try:
-                value, meta = self._load(entry)
+                meta = self._verified(entry)
+                if entry != local and mapped:  # mapped from this output's copy, never read whole
+                    shutil.copytree(entry, local, dirs_exist_ok=True)
+                read_from = local if mapped else entry
+                value = _read(meta["kind"], read_from / _FILES[meta["kind"]], mapped)
             except Exception as err:  # noqa: BLE001 - corrupt means recompute
                 warnings.warn(f"cache entry {entry} is unusable ({err}); recomputing",
                               CacheWarning, stacklevel=3)
                 continue
-            if entry != local:  # carry it into this version's output
+            if entry != local and not mapped:  # carry it into this version's output
                 shutil.copytree(entry, local, dirs_exist_ok=True)
             return value, meta, entry
         return None
@@ -158,10 +165,14 @@ class Cache:
         return self.compute(name, key(config, data, code, run_control), fn, config=config,
                             shaping=shaping_of(config, run_control))
 
-    def compute(self, name: str, k: str, fn: Callable, *, config: dict, shaping: dict | None = None):
+    def compute(self, name: str, k: str, fn: Callable, *, config: dict, shaping: dict | None = None,
+                mapped: bool = False):
         """Entry ``name``/``k`` made under ``shaping``, else ``fn()`` computed and stored there.
-        ``fn`` raising (``Unfinished``: the session's time ran out) stores nothing."""
-        found = None if self.force else self.lookup(name, k, shaping)
+        ``fn`` raising (``Unfinished``: the session's time ran out) stores nothing. ``mapped``:
+        a value of tensors comes back memory-mapped from its stored file, hit or miss alike
+        (``parallel.mapped``: the process holds it as the page cache does, and a launch sends
+        the file to the ranks instead of a copy each)."""
+        found = None if self.force else self.lookup(name, k, shaping, mapped)
         if found is not None:
             value, meta, where = found
             self.events.append({"name": name, "key": k, "hit": True, "from": str(where),
@@ -176,8 +187,10 @@ class Cache:
                             "seconds": round(seconds, 3)})
         print(f"kagglekit cache: {name} {'recomputed (forced)' if self.force else 'miss'}, "
               f"computed in {seconds:.1f}s and stored")
-        kind = _kind_of(value)  # boosters come back as loaded from disk, hit or miss alike
-        return _read(kind, entry / _FILES[kind]) if kind in ("xgboost", "lightgbm") else value
+        kind = _kind_of(value)  # boosters, and mapped tensors, come back as loaded from disk, hit or miss alike
+        if kind in ("xgboost", "lightgbm") or (mapped and kind == "torch" and not isinstance(value, torch.nn.Module)):
+            return _read(kind, entry / _FILES[kind], mapped)
+        return value
 
     def work(self, prefix: str) -> dict:
         """The entries named ``prefix...`` this session: their seconds of work (computed, or
