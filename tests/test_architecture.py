@@ -148,6 +148,8 @@ MUTABLES = {
     "kagglekit/machine/signals.py:_requested": "this process's stop request (a signal handler sets it)",
     "kagglekit/loop/progress.py:_quiet": "a context variable: quiet bars inside a with-block only",
     "kagglekit/machine/budget.py:_whole_or_nothing": "a context variable: set while a search trial runs",
+    "kagglekit/parallel/mapped.py:_ORIGINS": "this process's tensors mapped from files, while each lives",
+    "kagglekit/parallel/mapped.py:_OPENED": "the files a receiving process mapped, each once",
 }
 _MUTABLE_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "deque", "Counter", "bytearray",
                   "WeakKeyDictionary", "WeakValueDictionary", "WeakSet",
