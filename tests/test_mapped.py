@@ -1,7 +1,7 @@
 """Large data reaches the launched ranks as its file, not as a copy each (``parallel.mapped``).
 
 The audio and image notebooks' launched ``train`` refers to the decoded data. Sent by value, each
-of two ranks unpacked its own copy: about seven times the data's bytes on the machine while they
+of two ranks unpacked its own copy: about six times the data's bytes on the machine while they
 ran (benchmarks/launch_payload.py), so a T4 x2 machine of 29 GB launched with at most ~3.5 GB of
 images. A unit's value cached with ``mapped=True`` is mapped from its file, and a launch sends the
 file. What must hold: the payload stays small whatever the data's size; every rank reads exactly

@@ -1,7 +1,7 @@
 """Tensors memory-mapped from a file, sent to other processes as that file, not as their bytes.
 
 ``kk.launch`` sends the launched function by value, and with it every tensor it refers to: each
-rank unpacks a copy of the notebook's decoded images or spectrograms, about seven times their bytes
+rank unpacks a copy of the notebook's decoded images or spectrograms, about six times their bytes
 on two ranks (benchmarks/launch_payload.py). A tensor ``load`` mapped from a torch file instead
 travels as the file's path, its place in the file's value and its view (``reference``, which the
 launch's pickler asks first): the rank maps the same file, and the processes share its pages in
