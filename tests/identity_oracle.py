@@ -6,7 +6,8 @@ reads the globals its scope and the scopes inside it look up, and ``run.config["
 closes over is a value handed to it (in the unit's key as a value, not followed here).
 A global that is a value is followed to the top-level statements of the notebook that bind or
 change it before the unit was made (``made_at``: its cell and line, as recorded); the statement
-running then is taken whole, and so may find more than the kit does, never less.
+running then is taken whole, and so may find more than the kit does, never less. Every statement
+so followed (the running one aside: the kit takes only its part that ran) is in the unit's key.
 """
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ class NotebookReading:
         self.imported = {(a.asname or a.name).split(".")[0] for n in self.tree.body
                          if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
         self.statements = self.tree.body
+        self.running: list[ast.stmt] = []  # the statement that made the unit (a loop, a call)
+        self.followed: dict[int, ast.stmt] = {}
 
     def reaches(self, qualname: str, made_at: dict | None = None) -> dict[str, str]:
         """``{parameter: path}`` of a root; {} for what has no name of its own (a lambda)."""
@@ -41,12 +44,14 @@ class NotebookReading:
         if "<lambda>" in parts or parts[0] not in self.defined:
             return {}
         self.statements = self._before(made_at)
+        self.followed = {}
         found: dict[str, str] = {}
         self._scope(parts, qualname, found, set())
         return found
 
     def _before(self, made_at: dict | None) -> list[ast.stmt]:
         """The top-level statements that ran before the unit was made (all, when not known)."""
+        self.running = []
         if not made_at:
             return self.tree.body
         digests = [hashlib.sha256(c.rstrip().encode()).hexdigest()[:12] for c in self.cells]
@@ -54,7 +59,9 @@ class NotebookReading:
             return self.tree.body
         index = digests.index(made_at["cell"])
         statements = [s for c in self.cells[:index] for s in ast.parse(c).body]
-        return statements + [s for s in ast.parse(self.cells[index]).body if s.lineno <= made_at["line"]]
+        current = [s for s in ast.parse(self.cells[index]).body if s.lineno <= made_at["line"]]
+        self.running = [s for s in current if s.end_lineno >= made_at["line"]]
+        return statements + current
 
     def _scope(self, parts: list[str], via: str, found: dict, seen: set) -> None:
         """The names the scope ``parts`` (a top-level def, or one nested in it) reads. A free name
@@ -83,6 +90,8 @@ class NotebookReading:
                 self._statement(statement, via, found, seen)
 
     def _statement(self, statement: ast.stmt, via: str, found: dict, seen: set) -> None:
+        if not any(statement is running for running in self.running):
+            self.followed[id(statement)] = statement
         text = ast.unparse(statement)
         self._config(text, via, found)
         for name in _loaded(text):
@@ -149,8 +158,9 @@ def _bound(statement: ast.stmt) -> set[str]:
 def check_units(notebook: Path, outputs: list[Path]) -> int:
     """Every unit recorded in ``outputs``' metrics.json files against the notebook's own code: each
     parameter this reading finds reaching the unit is in its key (or run control, or left out
-    by name with a reason); changing each parameter of its key changes the key; no run-control
-    parameter is in it. The number of (unit, parameter) cases checked."""
+    by name with a reason), and so is each top-level statement it follows; changing each parameter
+    of its key changes the key; no run-control parameter is in it. The number of (unit, parameter)
+    cases checked."""
     from kagglekit.run import params
     from kagglekit.state import keys
     reading = NotebookReading(notebook)
@@ -159,11 +169,16 @@ def check_units(notebook: Path, outputs: list[Path]) -> int:
     for metrics in outputs:
         for name, unit in json.loads(metrics.read_text()).get("units", {}).items():
             assert all(isinstance(why, str) and why.strip() for why in unit["left_out"].values()), (name, unit)
-            config, derive = unit["config"], lambda c: keys.derive(c, unit["fingerprint"], unit["code"])  # noqa: B023
+            config, made = unit["config"], (unit["fingerprint"], unit["code"], unit["statements"])
+            derive = lambda c: keys.derive(c, *made)  # noqa: B023, E731
             assert derive(config) == unit["key"], f"{name}: its record does not make its key"
             reached = {}
             for root in unit["roots"]:
                 reached.update(reading.reaches(root, unit.get("made_at")))
+                for statement in reading.followed.values():
+                    assert ast.unparse(statement) in unit["statements"], \
+                        f"{notebook.stem}: unit {name}: {root} reads what this statement made, not in its key:\n" \
+                        f"{ast.unparse(statement)}"
             for parameter, via in reached.items():
                 if parameter in run_control or parameter in unit["left_out"]:
                     continue

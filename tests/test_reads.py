@@ -4,7 +4,7 @@ import linecache
 
 import pytest
 
-from kagglekit.state.reads import parameters_read
+from kagglekit.state.reads import parameters_read, trace
 
 PARAMETERS = ["text_column", "max_length", "lr", "seed", "model_dir", "trials", "unused", "epochs"]
 
@@ -113,3 +113,16 @@ def test_a_value_of_an_opaque_type_is_not_followed(notebook):
     _run_cell(notebook, "def uses_run():\n    return run\n")
     assert parameters_read(notebook["uses_run"], PARAMETERS) == {"unused": "uses_run -> run -> unused"}
     assert parameters_read(notebook["uses_run"], PARAMETERS, opaque=(notebook["Run"],)) == {}
+
+
+def test_the_statements_that_made_what_the_code_reads_are_traced_in_the_order_they_ran(notebook):
+    """Their source, as ast writes it, is in the unit's key (tests/test_unit.py): the cells that made
+    train_set and path, and not the parameters cell (its values are in the key by name) nor cells
+    train never reaches (params). A function bound by an assignment is followed to it too."""
+    statements = trace(notebook["train"], PARAMETERS, opaque=(notebook["Run"],)).statements
+    assert statements == ("frame = {'text': ['abc'], 'other': ['x']}", "train_set = tokenized(frame)",
+                          "if model_dir:\n    path = model_dir\nelse:\n    path = 'built-in'")
+    _run_cell(notebook, "import functools\nCUT = 2\nshort = functools.partial(str.__getitem__)\n"
+                        "short = functools.partial(short, slice(CUT))\n\ndef head():\n    return short('abc')\n")
+    assert trace(notebook["head"], PARAMETERS).statements == (
+        "CUT = 2", "short = functools.partial(str.__getitem__)", "short = functools.partial(short, slice(CUT))")

@@ -1,6 +1,7 @@
 """A unit of work: one key for its cache entry, checkpoint folder and study; "not finished" one
 exception, carried back from a rank by type; run control not part of the key."""
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -122,7 +123,7 @@ import functools
 
 import numpy as np
 
-SCALE = 2.0
+SCALE = {scale}
 
 
 class Model:
@@ -141,17 +142,25 @@ def train(rows):
 
 def plot(rows):
     return "unrelated {plot}"
+
+
+fitted = Model()  # a value a cell built from the notebook's class
+
+
+def predict(rows):
+    return [fitted.forward(r) for r in rows]
 '''
 
 
-def _notebook(tmp_path, name: str, op: str = "+", plot: str = "a"):
+def _notebook(tmp_path, name: str, op: str = "+", plot: str = "a", scale: str = "2.0"):
     """A notebook's functions as a module of their own (IPython keeps a cell's source where
     inspect finds it, as a file does)."""
     import importlib.util
     path = tmp_path / f"{name}.py"
-    path.write_text(NOTEBOOK.replace("{op}", op).replace("{plot}", plot))
+    path.write_text(NOTEBOOK.replace("{op}", op).replace("{plot}", plot).replace("{scale}", scale))
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # where its top-level statements are found, as a notebook's __main__ is
     spec.loader.exec_module(module)
     return module
 
@@ -166,6 +175,26 @@ def test_a_units_code_is_what_its_function_reaches_in_the_notebook(tmp_path):
     assert kk.keys.code_version(_notebook(tmp_path, "nb_b", plot="b").train) == version
     assert kk.keys.code_version(_notebook(tmp_path, "nb_c", op="-").train) != version
     assert kk.keys.code_version([base.train, base.Model]) == version  # each reached once
+
+
+def test_a_units_key_holds_the_statements_that_made_the_values_its_code_reads(tmp_path):
+    """The image notebook's gap: its fold units read the normalisation a cell computed, and an edit
+    of that cell served the old folds from the cache. A top-level statement the code reads through a
+    value (SCALE, read by Model.forward) is the unit's identity, comments and spacing aside; so is the
+    class a value was built from (``fitted = Model()``, read by predict) and what that class calls."""
+    def keyed(module, root: str):
+        run = _start(tmp_path / f"out-{module.__name__}-{root}")
+        return run.unit("u", code=getattr(module, root)).key, run.metrics["units"]["u"]
+
+    base, record = keyed(_notebook(tmp_path, "nb_s"), "train")
+    assert "SCALE = 2.0" in record["statements"]
+    assert keyed(_notebook(tmp_path, "nb_t", scale="3.0"), "train")[0] != base
+    assert keyed(_notebook(tmp_path, "nb_u", scale="2.0  # the same value, said again"), "train")[0] == base
+    assert keyed(_notebook(tmp_path, "nb_v", plot="b"), "train")[0] == base
+    predicting, record = keyed(_notebook(tmp_path, "nb_w"), "predict")
+    assert record["statements"] == ["SCALE = 2.0", "fitted = Model()"]  # in the order they ran
+    assert keyed(_notebook(tmp_path, "nb_x", op="-"), "predict")[0] != predicting  # helper, via Model
+    assert keyed(_notebook(tmp_path, "nb_y", scale="3.0"), "predict")[0] != predicting  # SCALE, via Model
 
 
 def test_a_units_config_holds_values_and_leave_out_needs_a_parameter_and_its_reason(tmp_path):

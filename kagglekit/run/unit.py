@@ -4,7 +4,8 @@ A model's training, one fold, a cached result, a search: work that must be done 
 several sessions and must reach the next kernel version. ``run.unit(name, config=, data=,
 code=)`` gives it one identity (its config without run control, or the names of the parameters
 it depends on; its data's fingerprint; its code's version: the source of what ``code`` names and
-of the notebook's functions and classes that reaches) and one key (``keys.key``) that names
+of the notebook's functions and classes that reaches, and the top-level statements that made the
+notebook's values it reads) and one key (``keys.key``) that names
 everything it leaves::
 
     cache/<name>/<key>/          its result                 unit.cached(fn)
@@ -43,7 +44,7 @@ from ..machine.budget import Unfinished
 from ..state import keys
 from ..state.checkpoint import CheckpointManager
 from ..state.identity import Identity
-from ..state.reads import made_at, parameters_read
+from ..state.reads import Reads, made_at, trace
 
 if TYPE_CHECKING:  # the run a unit belongs to (context imports this module)
     from .context import Run
@@ -61,6 +62,8 @@ class Unit:
     key: str
     reads: dict = field(default_factory=dict, compare=False)  # parameter -> how the code reaches it
     left_out: dict = field(default_factory=dict, compare=False)  # parameter -> why it is not the identity
+    statements: tuple = field(default=(), compare=False)  # the notebook's statements that made what it reads
+    code_digest: str = field(default="", compare=False)  # its code's version, as its key holds it
 
     @classmethod
     def of(cls, run, name: str, config=None, data=None, code=None, leave_out=None) -> Unit:
@@ -77,11 +80,14 @@ class Unit:
         the parameters ``code`` reads (every parameter without code), ``leave_out`` aside, and
         the values ``config`` hands it."""
         values, left = _values(name, config), _left_out(run, name, leave_out)
-        reads, handed = _reads(run, code), _handed(_functions(code))
-        own = {p: run.config[p] for p in reads if p not in left}
+        traced, handed = _trace(run, code), _handed(_functions(code))
+        own = {p: run.config[p] for p in traced.parameters if p not in left}
         config = {**own, **({"handed": handed} if handed else {}), **values}
-        unit = cls(run, name, config, fingerprint, code,
-                   keys.key(config, code=code, run_control=run.run_control, content=fingerprint), reads, left)
+        version = code if not traced.functions else [*_listed(code), *traced.functions]
+        key = keys.key(config, code=version, run_control=run.run_control, content=fingerprint,
+                       statements=traced.statements)
+        unit = cls(run, name, config, fingerprint, code, key, traced.parameters, left, traced.statements,
+                   keys.code_digest(version))
         unit.record()
         return unit
 
@@ -95,7 +101,8 @@ class Unit:
                             "parameters": {p: via for p, via in self.reads.items() if p not in self.left_out},
                             "values": sorted(k for k in self.config if k not in self.reads),
                             "config": keys.without(self.config, self.run.run_control),
-                            "fingerprint": self.fingerprint, "code": keys.code_digest(self.code),
+                            "fingerprint": self.fingerprint, "code": self.code_digest,
+                            "statements": list(self.statements),
                             "roots": _qualnames(self.code), "made_at": made_at(_functions(self.code))}
 
     def check(self, fn) -> None:
@@ -103,7 +110,7 @@ class Unit:
         hold (a stale result would be served when that parameter changes)."""
         if self.code is None:
             return  # every parameter is its identity
-        missing = {p: via for p, via in _reads(self.run, fn).items()
+        missing = {p: via for p, via in _trace(self.run, fn).parameters.items()
                    if p not in self.config and p not in self.left_out and p not in keys.SESSION_ONLY}
         if missing:
             raise IdentityError(
@@ -210,10 +217,13 @@ def _left_out(run, unit: str, leave_out) -> dict:
 THROUGH_THE_RUN = (("precision", "run.precision: every fit computes in it"), ("seed", "run: start() seeds with it"))
 
 
+def _listed(code) -> list:
+    return [r for r in (code if isinstance(code, (list, tuple)) else [code]) if r is not None]
+
+
 def _functions(code) -> list:
     """What ``code`` names besides text: functions, classes, partials."""
-    roots = code if isinstance(code, (list, tuple)) else [code]
-    return [r for r in roots if r is not None and not isinstance(r, str)]
+    return [r for r in _listed(code) if not isinstance(r, str)]
 
 
 def _handed(roots: list) -> dict:
@@ -254,13 +264,15 @@ def _qualnames(code) -> list[str]:
     return [getattr(keys.code_of(r) or r, "__qualname__", str(r)) for r in roots]
 
 
-def _reads(run, code) -> dict:
-    """The run's parameters ``code`` reads (``state.reads``), and what the run context carries
-    into any work (``THROUGH_THE_RUN``); every parameter without code."""
+def _trace(run, code) -> Reads:
+    """What ``code`` reads (``state.reads``): the run's parameters, with what the run context
+    carries into any work (``THROUGH_THE_RUN``), and the notebook's statements and functions on
+    the way; every parameter without code."""
     if code is None:
-        return {p: "no code= given: every parameter" for p in run.config}
+        return Reads({p: "no code= given: every parameter" for p in run.config})
     roots = _functions(code)
     if not roots:  # a version given as text: what it reads is not known
-        return {p: "code= given as text: every parameter" for p in run.config}
-    found = parameters_read(roots, run.config, opaque=(type(run),))
-    return {**{p: why for p, why in THROUGH_THE_RUN if p in run.config}, **found}
+        return Reads({p: "code= given as text: every parameter" for p in run.config})
+    found = trace(roots, run.config, opaque=(type(run),))
+    through = {p: why for p, why in THROUGH_THE_RUN if p in run.config}
+    return Reads({**through, **found.parameters}, found.statements, found.functions)

@@ -4,7 +4,8 @@ A unit (a fold, a model's training, a cached result, a search) is named by one k
 digits of the sha256 of its config without run control (canonical JSON), a fingerprint of its
 data (content hashes of tensors, arrays, PyG graphs, files and folders) and its code's version
 (the kit's version plus the source of the functions and classes given and of the notebook's
-functions and classes they reach). The unit's cache entry, checkpoint folder and study carry it
+functions and classes they reach) and, for a unit, the notebook's top-level statements that made
+the values its code reads (``state.reads.trace``). The unit's cache entry, checkpoint folder and study carry it
 (``run.unit``). Checkpoints of a fit outside any unit are keyed by the same derivation over
 their config, data and model (``identity.Identity``).
 """
@@ -44,12 +45,15 @@ def shaping(config: dict | None, run_control) -> dict:
     return without({k: v for k, v in (config or {}).items() if k in run_control}, SESSION_ONLY)
 
 
-def key(config: dict | None, data=None, code=None, run_control=(), content: str | None = None) -> str:
+def key(config: dict | None, data=None, code=None, run_control=(), content: str | None = None,
+        statements=None) -> str:
     """The unit key of (config without ``run_control``, data, code); ``content``: the data's
-    fingerprint when already known (the folds of one data set)."""
+    fingerprint when already known (the folds of one data set); ``statements``: the notebook's
+    top-level statements that made the values the code reads (a unit's: ``state.reads.trace``)."""
     if content is None:
         content = fingerprint(data) if data is not None else ""
-    return derive(without(config, run_control), content, code_digest(code))
+    parts = [without(config, run_control), content, code_digest(code)]
+    return derive(*parts, list(statements)) if statements is not None else derive(*parts)
 
 
 def code_digest(code) -> str:

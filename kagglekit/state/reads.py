@@ -12,6 +12,11 @@ the key (``keys.code_version``); so is every parameter that code reads, found he
 - ``run.config["name"]`` and ``run.config.get("name")``; any other use of ``run.config`` is
   every parameter (``run``: that name, or a global holding a value of the ``opaque`` types).
 
+The statements so followed are part of the unit's identity too (``trace``: their source as
+``ast.unparse`` writes it, comments and spacing aside), and so are the notebook's functions and
+classes reached through them: editing ``MEAN = (0.485, ...)`` or the class a cell builds a value
+from retrains what reads that value, as editing its own function does.
+
 A statement that binds several names (an ``if`` cell) is followed whole: a name may depend on
 more than it does, never on less. Only what ran before the unit was made counts: the statement
 making it (``params = {m: search(m) for m in models}``) has not bound its names yet, so a
@@ -33,29 +38,44 @@ import sys
 import textwrap
 import types
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 
 from . import keys
 
 EVERY = "*"  # a use of run.config as a whole: every parameter
 
 
-def parameters_read(roots, parameters: Collection[str], opaque: tuple = ()) -> dict[str, str]:
-    """``{parameter: how the code reaches it}`` for the functions and classes ``roots`` (one or
-    a list), among ``parameters`` (the notebook's). The path reads ``train -> train_set ->
-    tokenized``: what a person follows to see why a parameter is in a unit's key. Values of the
-    ``opaque`` types are not followed to their statements (the run context: what it carries of
-    the parameters is read through ``run.config``, and its calls, ``run.log(...)``, change no
-    result)."""
+@dataclass(frozen=True)
+class Reads:
+    """What a unit's code reads of the notebook besides its own source."""
+    parameters: dict  # {parameter: how the code reaches it}
+    statements: tuple[str, ...] = ()  # the top-level statements that made the values it reads, in the order they ran
+    functions: tuple = ()  # the notebook's functions and classes it reaches, through those values too
+
+
+def trace(roots, parameters: Collection[str], opaque: tuple = ()) -> Reads:
+    """What the functions and classes ``roots`` (one or a list) read: the ``parameters`` (the
+    notebook's) they reach, each with its path (``train -> train_set -> tokenized``: what a person
+    follows to see why a parameter is in a unit's key), and the statements and functions on the
+    way. Values of the ``opaque`` types are not followed to their statements (the run context:
+    what it carries of the parameters is read through ``run.config``, and its calls,
+    ``run.log(...)``, change no result)."""
     roots = [r for r in (roots if isinstance(roots, (list, tuple)) else [roots]) if r is not None]
     code = [keys.code_of(r) or r for r in roots]
     code = [c for c in code if inspect.isfunction(c) or inspect.isclass(c)]
     if not code:
-        return {}
+        return Reads({})
     namespace = _namespace(code[0])
     walk = _Walk(namespace, set(parameters), _statements(namespace), code[0].__module__, opaque)
     for root in code:
         walk.function(root, _label(root))
-    return walk.found
+    statements = tuple(ast.unparse(walk.statements[i][2]) for i in sorted(walk.followed))
+    return Reads(walk.found, statements, tuple(walk.functions.values()))
+
+
+def parameters_read(roots, parameters: Collection[str], opaque: tuple = ()) -> dict[str, str]:
+    """``{parameter: how the code reaches it}``: ``trace``'s parameters."""
+    return trace(roots, parameters, opaque).parameters
 
 
 def made_at(roots) -> dict | None:
@@ -85,11 +105,14 @@ class _Walk:
         self.found: dict[str, str] = {}
         self.seen: set[str] = set()
         self.walked: set[int] = set()  # functions followed through closures and defaults
+        self.followed: set[int] = set()  # indices of the statements followed
+        self.functions: dict[int, object] = {}  # the notebook's functions and classes walked
 
     def function(self, obj, via: str) -> None:
         """A function's or class's global loads, ``run.config`` reads, and the notebook functions
         its closure and defaults hold (a closure's other values are handed to it: not parameters)."""
         self.seen.add(getattr(obj, "__name__", ""))
+        self.functions.setdefault(id(obj), obj)
         for code in _code_objects(obj):
             self.names(_global_loads(code), via)
         self.config(_config_reads_of(obj, self.runs), via)
@@ -109,19 +132,20 @@ class _Walk:
                 self.follow(name, f"{via} -> {name}")
 
     def follow(self, name: str, via: str) -> None:
-        """A global of the notebook: its function's or class's reads, or a value's statements'."""
+        """A global of the notebook: its function's or class's reads (a library's is pinned, not
+        followed), and the statements that bound or changed it (an assignment binds a function
+        too: ``act = functools.partial(F.gelu, approximate=APPROX)``)."""
         if name not in self.namespace:
             return  # a builtin, or a name bound later
         value = self.namespace[name]
         own = keys.code_of(value)
-        if own is not None:
-            if getattr(own, "__module__", None) == self.module:
-                self.function(own, via)
-            return  # a library's function or class: pinned, not the notebook's
-        if isinstance(value, (types.ModuleType, *self.opaque)) or inspect.isbuiltin(value) or inspect.ismethod(value):
+        if own is not None and getattr(own, "__module__", None) == self.module:
+            self.function(own, via)
+        if isinstance(value, (types.ModuleType, *self.opaque)):
             return
-        for bound, loads, node in self.statements:
+        for index, (bound, loads, node) in enumerate(self.statements):
             if name in bound:
+                self.followed.add(index)
                 self.names(loads, via)
                 self.config(_config_reads(node, self.runs), via)
 
