@@ -2,6 +2,7 @@
 exception, carried back from a rank by type; run control not part of the key."""
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -149,6 +150,23 @@ fitted = Model()  # a value a cell built from the notebook's class
 
 def predict(rows):
     return [fitted.forward(r) for r in rows]
+
+
+def double(x):
+    return 2 * x
+
+
+def half(x):
+    return x / 2
+
+
+steps = [double, half, helper, plot]  # one statement that loads several of the notebook's functions
+
+
+def pipeline(x):
+    for step in steps:
+        x = step(x)
+    return x
 '''
 
 
@@ -195,6 +213,26 @@ def test_a_units_key_holds_the_statements_that_made_the_values_its_code_reads(tm
     assert record["statements"] == ["SCALE = 2.0", "fitted = Model()"]  # in the order they ran
     assert keyed(_notebook(tmp_path, "nb_x", op="-"), "predict")[0] != predicting  # helper, via Model
     assert keyed(_notebook(tmp_path, "nb_y", scale="3.0"), "predict")[0] != predicting  # SCALE, via Model
+
+
+KEY_IN_A_NEW_PROCESS = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import test_unit
+folder = Path(sys.argv[2])
+print(test_unit._start(folder / "out").unit("u", code=test_unit._notebook(folder, "nb_p").pipeline).key)
+"""
+
+
+def test_a_units_key_is_the_same_in_every_process_whatever_its_hash_seed(tmp_path):
+    """The next kernel version is a new process with its own string hashes: a key that followed a set's
+    order (the names a statement loads) was another key there, and every unit trained again."""
+    import subprocess
+    keys = {subprocess.run([sys.executable, "-c", KEY_IN_A_NEW_PROCESS, str(Path(__file__).parent), str(tmp_path)],
+                           env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True,
+                           check=True).stdout.strip() for seed in ("1", "2", "3")}
+    assert len(keys) == 1, keys
 
 
 def test_a_units_config_holds_values_and_leave_out_needs_a_parameter_and_its_reason(tmp_path):

@@ -70,7 +70,8 @@ def trace(roots, parameters: Collection[str], opaque: tuple = ()) -> Reads:
     for root in code:
         walk.function(root, _label(root))
     statements = tuple(ast.unparse(walk.statements[i][2]) for i in sorted(walk.followed))
-    return Reads(walk.found, statements, tuple(walk.functions.values()))
+    functions = sorted(walk.functions.values(), key=lambda f: (f.__module__, f.__qualname__))
+    return Reads(walk.found, statements, tuple(functions))  # in an order no process's hash seed changes
 
 
 def parameters_read(roots, parameters: Collection[str], opaque: tuple = ()) -> dict[str, str]:
@@ -146,7 +147,7 @@ class _Walk:
         for index, (bound, loads, node) in enumerate(self.statements):
             if name in bound:
                 self.followed.add(index)
-                self.names(loads, via)
+                self.names(sorted(loads), via)  # a set: sorted, so that every process finds the same paths
                 self.config(_config_reads(node, self.runs), via)
 
     def config(self, names: set[str], via: str) -> None:
