@@ -39,6 +39,7 @@ import textwrap
 import types
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from . import keys
 
@@ -107,7 +108,7 @@ class _Walk:
         self.seen: set[str] = set()
         self.walked: set[int] = set()  # functions followed through closures and defaults
         self.followed: set[int] = set()  # indices of the statements followed
-        self.functions: dict[int, object] = {}  # the notebook's functions and classes walked
+        self.functions: dict[int, Any] = {}  # the notebook's functions and classes walked
 
     def function(self, obj, via: str) -> None:
         """A function's or class's global loads, ``run.config`` reads, and the notebook functions
