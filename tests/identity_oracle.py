@@ -37,14 +37,15 @@ class NotebookReading:
         self.statements = self.tree.body
         self.running: list[ast.stmt] = []  # the statement that made the unit (a loop, a call)
         self.followed: dict[int, ast.stmt] = {}
+        self.through_running = 0  # > 0 while following what the running statement loads
 
     def reaches(self, qualname: str, made_at: dict | None = None) -> dict[str, str]:
         """``{parameter: path}`` of a root; {} for what has no name of its own (a lambda)."""
         parts = [p for p in qualname.split(".") if p != "<locals>"]
+        self.followed, self.through_running = {}, 0
         if "<lambda>" in parts or parts[0] not in self.defined:
             return {}
         self.statements = self._before(made_at)
-        self.followed = {}
         found: dict[str, str] = {}
         self._scope(parts, qualname, found, set())
         return found
@@ -90,12 +91,15 @@ class NotebookReading:
                 self._statement(statement, via, found, seen)
 
     def _statement(self, statement: ast.stmt, via: str, found: dict, seen: set) -> None:
-        if not any(statement is running for running in self.running):
+        running = any(statement is r for r in self.running)  # what it binds is not bound yet when the unit is made:
+        if not running and not self.through_running:  # followed for parameters, never asked of the key
             self.followed[id(statement)] = statement
         text = ast.unparse(statement)
         self._config(text, via, found)
+        self.through_running += running
         for name in _loaded(text):
             self._name(name, f"{via} -> {name}", found, seen)
+        self.through_running -= running
 
     def _config(self, text: str, via: str, found: dict) -> None:
         for name in _CONFIG.findall(text):
