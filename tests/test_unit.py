@@ -274,6 +274,13 @@ def _reads_data_dir(run):
     return run.config["data_dir"]
 
 
+SHIFT = np.arange(3)  # a value the unit's code (_train) never reads
+
+
+def _reads_shift():
+    return (SHIFT + 1).tolist()
+
+
 def test_the_work_a_unit_runs_may_read_no_parameter_its_key_lacks(tmp_path):
     """A unit named by one function, whose work calls another reading a parameter the first does not:
     refused by name before it runs (a change of that parameter would be served the stale result)."""
@@ -283,4 +290,8 @@ def test_the_work_a_unit_runs_may_read_no_parameter_its_key_lacks(tmp_path):
                                                     r"_reads_data_dir -> run.config\), which its key does not hold"):
         unit.cached(lambda: _reads_data_dir(run))
     assert "cache:pre" not in run.chain  # nothing ran
+    with pytest.raises(kk.unit.IdentityError, match=r"unit 'pre': its work reads what this statement of the notebook "
+                                                    r"made, which its key does not hold: SHIFT = np.arange\(3\)"):
+        unit.cached(_reads_shift)  # an edit of SHIFT's line would be served the stale result
+    assert "cache:pre" not in run.chain
     assert run.unit("all", data=[X]).config == run.config  # without code=: every parameter

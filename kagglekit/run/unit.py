@@ -25,7 +25,8 @@ handed to it (``config=``: a dict of what is not a parameter, such as the search
 plain values its functions close over). A parameter leaves the identity only by name, with the
 reason (``leave_out={"model_dir": "..."}``). A unit without ``code`` depends on every parameter.
 The function a unit finally runs is checked against its identity (``cached``): one that reads a
-parameter the key lacks is refused by name. Its identity is in metrics.json (``units``).
+parameter the key lacks, or a value made by a statement the key lacks, is refused by name. Its
+identity is in metrics.json (``units``).
 
 Run control (``# [run]`` parameters) is not the identity: a finished training asked for more
 ``epochs`` has the same key, so its fit trains on from its checkpoint, and its cached result,
@@ -117,6 +118,12 @@ class Unit:
                 f"unit {self.name!r}: its work reads {', '.join(sorted(missing))} ({'; '.join(missing.values())}), "
                 "which its key does not hold: name the function that reads it in code= (or leave it out by name "
                 "with the reason: leave_out={name: why})")
+        unkeyed = _unkeyed_statements(self, fn)
+        if unkeyed:
+            raise IdentityError(
+                f"unit {self.name!r}: its work reads what this statement of the notebook made, which its key does "
+                f"not hold: {unkeyed[0].splitlines()[0]}: make the unit after it with the function that reads it in "
+                "code=, or hand its value in data=")
 
     @property
     def shaping(self) -> dict:
@@ -264,7 +271,18 @@ def _qualnames(code) -> list[str]:
     return [getattr(keys.code_of(r) or r, "__qualname__", str(r)) for r in roots]
 
 
-def _trace(run, code) -> Reads:
+def _unkeyed_statements(unit: Unit, fn) -> list[str]:
+    """The notebook's statements ``fn`` reads that ``unit``'s key lacks (a value made after the unit, or
+    that its code never reads). Another unit it reads stands for its key (not followed), and work of
+    another module (the kit's own wrapper of a fold's work) is that module's, versioned with it."""
+    own, root = keys.code_of(fn), next(iter(_functions(unit.code)), None)
+    root = keys.code_of(root) or root
+    if own is None or getattr(own, "__module__", None) != getattr(root, "__module__", ""):
+        return []
+    return [s for s in _trace(unit.run, fn, opaque=(Unit,)).statements if s not in unit.statements]
+
+
+def _trace(run, code, opaque: tuple = ()) -> Reads:
     """What ``code`` reads (``state.reads``): the run's parameters, with what the run context
     carries into any work (``THROUGH_THE_RUN``), and the notebook's statements and functions on
     the way; every parameter without code."""
@@ -273,6 +291,6 @@ def _trace(run, code) -> Reads:
     roots = _functions(code)
     if not roots:  # a version given as text: what it reads is not known
         return Reads({p: "code= given as text: every parameter" for p in run.config})
-    found = trace(roots, run.config, opaque=(type(run),))
+    found = trace(roots, run.config, opaque=(type(run), *opaque))
     through = {p: why for p, why in THROUGH_THE_RUN if p in run.config}
     return Reads({**through, **found.parameters}, found.statements, found.functions)
