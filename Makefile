@@ -15,7 +15,7 @@ P ?=
 PYTEST_ARGS ?=
 TEST_JOBS ?= 3
 
-.PHONY: help setup lab run runs view test sandbox gpu-bundle gpu-check soak bench lint clean build push status logs output pull quota compare submit score data upload-data drift results publish
+.PHONY: help setup lab run runs view test test-e2e sandbox gpu-bundle gpu-check soak bench lint clean build push status logs output pull quota compare submit score data upload-data drift results publish
 
 # V=1: keep the warnings the kit silences because they carry nothing for the user.
 ifdef V
@@ -78,17 +78,20 @@ $(SANDBOX_PACKAGES): sandbox/kaggle-image.txt
 $(SANDBOX_STAMP): $(SANDBOX_PACKAGES) $(STAMP)
 	$(PY) -c "from kagglekit.tools.kernelenv import kernel_python; kernel_python()"
 
-## test: the whole suite on CPU, the sandbox's notebooks included, T4 x2 emulated (GPU tests are skipped without a GPU; TEST_JOBS=3 workers)
-# Three xdist workers on two cores, the longest tests first (tests/conftest.py); --maxschedchunk 1
-# hands each worker its next test only when it needs one, so none idles at the end. The suite
-# waits on kernels and subprocesses: two workers kept the cores busy 1.3 of 2 (a fresh clone,
-# 2026-11-28: 18m00s of tests), a third fills the waits (16m18s, the same clone). One thread
-# per process: OpenMP threads spin-waiting for a busy core doubled the suite's CPU time
-# (22m52s against 11m39s serial, measured; passive waits with two threads were no faster).
-test:
+## test: the suite on CPU in under 20 minutes on 2 cores, set-up included (T4 x2 emulated; GPU tests skipped without a GPU; TEST_JOBS=3 workers)
+## test-e2e: every notebook run whole: the sandbox's three versions and scoring reruns, each notebook judged on its scores (CI runs both)
+# Two tiers, one rule: a test that runs a whole notebook, a sandbox chain or a notebook at its
+# defaults against its baseline, is marked e2e and runs in test-e2e; every other test runs in
+# test. Together they took 32 min of tests on this 2-core machine (2026-11-30), two thirds of it the e2e
+# tests. Three xdist workers on two cores, the longest tests first (tests/conftest.py);
+# --maxschedchunk 1 hands each worker its next test only when it needs one, so none idles at the
+# end. The suite waits on kernels and subprocesses: a third worker fills the waits. One thread per
+# process: OpenMP threads spin-waiting for a busy core doubled the suite's CPU time (measured).
+PYTEST := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_JOBS) --maxschedchunk 1
+test test-e2e:
 	@$(MAKE) --no-print-directory -j2 $(STAMP) $(SANDBOX_PACKAGES)
 	@$(MAKE) --no-print-directory $(SANDBOX_STAMP)
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_JOBS) --maxschedchunk 1 $(PYTEST_ARGS)
+	$(PYTEST) -m "$(if $(filter test-e2e,$@),e2e,not e2e)" $(PYTEST_ARGS)
 
 ## build / push / status / logs / output / pull / compare: the Kaggle round trip (NB=name; push of every notebook needs ALL=1, at most SESSIONS=2 running at once, the rest queued)
 build compare logs: $(STAMP)

@@ -244,6 +244,7 @@ def test_fold_models_are_exported_only_when_another_runtime_is_faster(tmp_path, 
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_the_audio_notebook_beats_a_logistic_regression_on_the_mel_bands_and_plans_its_cpu_rerun(tmp_path):
     """Its defaults on the built-in stand-in: the CNN against the plain reference on the same folds
     (out of fold and on the six test soundscapes), the export checked, the rerun's plan made."""
@@ -265,6 +266,7 @@ def test_the_audio_notebook_beats_a_logistic_regression_on_the_mel_bands_and_pla
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_on_public_data_without_soundscapes_the_notebook_trains_and_writes_the_header_alone(tmp_path):
     """Kaggle's public BirdCLEF data has an empty test_soundscapes/ (the rerun brings them): the
     first version must still train, export and write a checked submission of no rows."""

@@ -52,6 +52,7 @@ def two_kernels(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_the_blend_of_two_kernels_scores_at_least_the_best_one_on_oof_and_writes_a_checked_file(two_kernels):
     root, y, first, second = two_kernels
     out = run_notebook(REPO / "notebooks" / "blend.ipynb",

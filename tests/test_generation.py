@@ -107,6 +107,7 @@ def test_a_row_too_long_keeps_the_prompts_end_beside_its_answer(tokenizer):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_the_notebook_beats_retrieval_submits_checked_answers_and_a_rerun_computes_nothing(tmp_path, monkeypatch):
     """T4 x2 emulated (two DDP ranks, two engines); the held-out decodings against the retrieval
     baseline, the submission against the sample, and a second run served from the units."""

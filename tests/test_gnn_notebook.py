@@ -24,6 +24,7 @@ def model_row(metrics: dict, name: str) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_gnn_beats_the_baselines_on_the_builtin_graph_and_force_retrain_retrains_everything(tmp_path):
     out = tmp_path / "gnn"
     first = run({"smoke": True}, out)
@@ -53,6 +54,7 @@ def test_gnn_beats_the_baselines_on_the_builtin_graph_and_force_retrain_retrains
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.skipif(not CORA.is_dir(), reason="needs ../shared/data/planetoid beside the repo")
 def test_on_the_real_cora_files_the_defaults_reach_the_published_accuracy_and_the_file_agrees(tmp_path):
     out = tmp_path / "cora"
@@ -75,6 +77,7 @@ def test_on_the_real_cora_files_the_defaults_reach_the_published_accuracy_and_th
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_elliptic_the_papers_way_temporal_split_trees_and_trees_on_embeddings(tmp_path):
     """Elliptic in its exact layout: the models learn from steps 1-34 only (pre-training too),
     the trees baseline and the trees on features + GNN embeddings are scored, the illicit class's

@@ -134,6 +134,7 @@ def test_a_search_on_other_data_keeps_a_study_of_its_own(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.skipif(not PLANETOID.is_dir(), reason="needs ../shared/data/planetoid beside the repo")
 def test_gnn_notebook_on_citeseer_then_cora_in_one_folder_trains_each_afresh(tmp_path):
     from kagglekit.tools.notebook_runner import run_notebook

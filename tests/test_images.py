@@ -83,6 +83,7 @@ def test_class_subfolders_without_a_table_and_clear_refusals(tmp_path, digits):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_the_notebooks_references_frozen_features_once_and_no_svc_beyond_its_limit(tmp_path):
     """The image notebook's references at a competition's size: the frozen network's features are a
     unit (the next version reads them, computes none), and the SVC on the pixels, whose fit grows with

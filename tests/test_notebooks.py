@@ -240,6 +240,7 @@ def _finite_numbers(obj) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_sequence_models_on_its_defaults_ranks_the_sequence_models_above_the_mlp(tmp_path):
     """The built-in task needs order: reading in order (LSTM) or comparing positions
     (Transformer) beats an MLP on the flattened sequence, by a margin."""
@@ -274,6 +275,7 @@ def _zip_masks(path: Path) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_segmentation_3d_on_the_competition_layout_then_inference_only_on_new_test_volumes(tmp_path):
     """Training on the competition's files as they ship (LZW stacks, ids moved to deprecated_*,
     two shapes, label 2, one public test volume: tools/standins.py) with two DDP processes;
@@ -374,6 +376,7 @@ def _check_the_forecast_past_the_end(out: Path, table: Path, horizon: int) -> No
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_timeseries_on_a_long_table_rerun_hits_every_model_and_one_change_retrains_one(tmp_path):
     """A Parquet table in the layout of a forecasting competition (three stores of different
     lengths and starts, dates as text, gaps in a feature) through data_dir; a rerun trains
@@ -421,6 +424,7 @@ def test_timeseries_on_a_long_table_rerun_hits_every_model_and_one_change_retrai
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_timeseries_folds_validate_later_than_they_train_and_finish_in_the_next_version(tmp_path):
     """folds=3 with two folds per version: the first run trains folds 0-1 and reports no score,
     the second trains fold 2 only (0-1 are hits) and then writes the OOF forecasts (every window

@@ -67,6 +67,7 @@ CHANGES_IN_V2 = {"blend", "gnn_node_classification", "timeseries_forecast", SERV
 
 
 @pytest.mark.sandbox
+@pytest.mark.e2e
 @pytest.mark.parametrize("notebook", [n for n in NOTEBOOKS if n != "quickstart"] + [SERVED])  # quickstart: as
 # a user types it, `make sandbox NB=quickstart` (tests/test_makefile.py)
 def test_the_pushed_notebook_runs_in_kaggles_image_and_versions_2_and_3_resume_or_skip(

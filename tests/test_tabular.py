@@ -274,6 +274,7 @@ def _notebook_metrics(out):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_the_tabular_notebook_on_a_playground_layout_and_another_kernels_oofs_join_it(tmp_path, monkeypatch):
     """On T4 x2 emulated: the Playground layout with its original data set and pseudo-labels; a
     second kernel's OOFs (other models, the same folds) join the hill climb and the stack of the
@@ -320,6 +321,7 @@ def test_the_tabular_notebook_on_a_playground_layout_and_another_kernels_oofs_jo
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", ["breast_cancer", "diabetes"])
 def test_on_real_data_the_notebooks_models_score_as_plain_calls_on_the_same_folds(tmp_path, name):
     """Breast Cancer Wisconsin (AUC) and Diabetes (RMSE), scikit-learn's copies written as a

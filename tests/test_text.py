@@ -364,6 +364,7 @@ def _run(tmp_path, params):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_an_encoder_and_a_decoder_s_answer_tokens_through_the_same_notebook_beat_tfidf_on_the_built_in_task(
         tmp_path, models, monkeypatch):
     """BERT (the built-in stand-in) and a Qwen 3 given by ``model_dir``, LoRA adapters reading its
@@ -392,6 +393,7 @@ def test_an_encoder_and_a_decoder_s_answer_tokens_through_the_same_notebook_beat
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_on_real_man_pages_a_model_without_pretraining_loses_to_tfidf_and_the_baseline_is_submitted(tmp_path):
     """The case a user met: real text (the system's man pages, six sections) and no pretrained
     model attached. The random-weight transformer loses to TF-IDF by far; the notebook says so,
