@@ -79,14 +79,17 @@ $(SANDBOX_STAMP): $(SANDBOX_PACKAGES) $(STAMP)
 	$(PY) -c "from kagglekit.tools.kernelenv import kernel_python; kernel_python()"
 
 ## test: the suite on CPU in under 20 minutes on 2 cores, set-up included (T4 x2 emulated; GPU tests skipped without a GPU; TEST_JOBS=3 workers)
-## test-e2e: every notebook run whole: the sandbox's three versions and scoring reruns, each notebook judged on its scores (CI runs both)
-# Two tiers, one rule: a test that runs a whole notebook, a sandbox chain or a notebook at its
-# defaults against its baseline, is marked e2e and runs in test-e2e; every other test runs in
-# test. Together they took 32 min of tests on this 2-core machine (2026-11-30), two thirds of it the e2e
-# tests. Three xdist workers on two cores, the longest tests first (tests/conftest.py);
-# --maxschedchunk 1 hands each worker its next test only when it needs one, so none idles at the
-# end. The suite waits on kernels and subprocesses: a third worker fills the waits. One thread per
-# process: OpenMP threads spin-waiting for a busy core doubled the suite's CPU time (measured).
+## test-e2e: the pipelines end to end: every notebook's Kaggle versions in the sandbox, each notebook judged on its scores (CI runs both)
+# Two tiers, one rule: a test of a pipeline end to end (a sandbox chain: every notebook in
+# Kaggle's image; a notebook at its defaults judged on its scores; the lent GPU check's
+# environment built and a notebook run in it) is marked e2e and runs in test-e2e. Every other
+# test runs in test: the kit's behaviour (a notebook as its vehicle too: killed, resumed) and the
+# README's commands. Together they took 32 min of tests on this 2-core machine (2026-11-30),
+# more than half in the e2e tests. Three xdist workers on two cores, the longest tests first
+# (tests/conftest.py); --maxschedchunk 1 hands each worker its next test only when it needs one,
+# so none idles at the end. The suite waits on kernels and subprocesses: a third worker fills the
+# waits. One thread per process: OpenMP threads spin-waiting for a busy core doubled the suite's
+# CPU time (measured).
 PYTEST := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_JOBS) --maxschedchunk 1
 test test-e2e:
 	@$(MAKE) --no-print-directory -j2 $(STAMP) $(SANDBOX_PACKAGES)

@@ -10,8 +10,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_collection_modifyitems(config, items):
-    """The longest first (the sandbox's notebooks, then the other slow ones), so that two
-    xdist workers (`make test`) end together. Tests marked ``gpu`` run only where CUDA is;
+    """The longest first (the sandbox's notebooks, then the other slow ones), so that the
+    xdist workers (`make test`, `make test-e2e`) end together. Tests marked ``gpu`` run only where CUDA is;
     elsewhere they are skipped, and say so."""
     items.sort(key=lambda item: 0 if "sandbox" in item.keywords else 1 if "slow" in item.keywords else 2)
     if cuda_here():

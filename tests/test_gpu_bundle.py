@@ -13,6 +13,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 
 @pytest.mark.slow
+@pytest.mark.e2e  # the check's environment end to end: built, installed, a notebook run in it
 def test_the_bundle_holds_what_the_device_lacks_and_its_dry_run_installs_imports_and_runs_a_smoke(tmp_path):
     """One build for both checks (building it takes half a minute of a worker)."""
     from gpu_checks import setup

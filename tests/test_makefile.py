@@ -65,6 +65,22 @@ def test_make_run_passes_no_card_unless_asked_and_refuses_the_old_name():
     assert old.returncode == 2 and "AS=t4 is now CARD=t4" in old.stderr
 
 
+def test_make_test_and_test_e2e_split_the_suite_by_the_e2e_mark_and_ci_runs_both():
+    """`make test` (the README's) runs every test but those marked e2e, `make test-e2e` those; a
+    mistyped mark fails collection (--strict-markers), so no notebook run whole slips into
+    `make test`'s 20 minutes unseen; `.ci/run` runs both tiers."""
+    fast = _make("-n", "test", cwd=REPO)
+    whole = _make("-n", "test-e2e", "PYTEST_ARGS=-ra", cwd=REPO)
+    assert fast.returncode == whole.returncode == 0, fast.stderr + whole.stderr
+    assert [line for line in fast.stdout.splitlines() if "-m pytest" in line][-1].endswith('-m "not e2e" ')
+    assert [line for line in whole.stdout.splitlines() if "-m pytest" in line][-1].endswith('-m "e2e" -ra')
+    config = (REPO / "pyproject.toml").read_text()
+    assert "--strict-markers" in config and '"e2e: ' in config
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    assert [line.split()[:2] for line in ci if line.startswith("make ")] == \
+        [["make", "test"], ["make", "test-e2e"], ["make", "lint"]]
+
+
 def _make_env(**extra) -> dict:
     """The user's environment: no make of ours around it (no jobserver, no MAKEFLAGS)."""
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}

@@ -1,10 +1,10 @@
 """What `make push` sends, run in Kaggle's image, up to three versions per notebook and the scoring
 rerun of the competition kernel (`make sandbox`).
 
-Each notebook's versions are one test marked ``sandbox`` (``pytest -m sandbox`` runs
-them alone); `make test` runs them first, beside the rest of the suite on a second xdist
-worker. The kernel environment is built once from sandbox/kaggle-image.txt (about 35 s on a
-fresh machine)."""
+Each notebook's versions are one test marked ``sandbox`` and ``e2e`` (``pytest -m sandbox``
+runs them alone); `make test-e2e` runs them first, beside the notebooks judged on their scores.
+The kernel environment is built once from sandbox/kaggle-image.txt (about 35 s on a fresh
+machine)."""
 import contextlib
 import json
 import os
@@ -39,7 +39,7 @@ def bench(kernel_env, tmp_path_factory):
         if record.exists():
             built = sandbox.Bench(**{k: Path(v) if isinstance(v, str) else v
                                      for k, v in json.loads(record.read_text()).items()})
-        else:  # two kernels at a time, as `make test`'s workers run them: each its share of the cores
+        else:  # two kernels at a time, as `make test-e2e`'s workers run them: each its share of the cores
             built = sandbox.prepare(shared, NOTEBOOKS + [SERVED], jobs=2)
             record.write_text(json.dumps({k: str(v) if isinstance(v, Path) else v
                                           for k, v in dataclasses.asdict(built).items()}))
