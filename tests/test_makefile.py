@@ -67,7 +67,7 @@ def test_make_run_passes_no_card_unless_asked_and_refuses_the_old_name():
 
 def test_make_test_and_test_e2e_split_the_suite_by_the_e2e_mark_and_ci_runs_both():
     """`make test` (the README's) runs every test but those marked e2e, `make test-e2e` those; a
-    mistyped mark fails collection (--strict-markers), so no notebook run whole slips into
+    mistyped mark fails collection (--strict-markers), so no pipeline end to end slips into
     `make test`'s 20 minutes unseen; `.ci/run` runs both tiers."""
     fast = _make("-n", "test", cwd=REPO)
     whole = _make("-n", "test-e2e", "PYTEST_ARGS=-ra", cwd=REPO)
