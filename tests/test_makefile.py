@@ -69,7 +69,7 @@ def test_make_test_and_test_e2e_split_the_suite_by_the_e2e_mark_and_ci_runs_both
     """`make test` (the README's) runs every test but those marked e2e, `make test-e2e` those; a
     mistyped mark fails collection (--strict-markers), so no pipeline end to end slips into
     `make test`'s 20 minutes unseen; `.ci/run` runs both tiers."""
-    fast = _make("-n", "test", cwd=REPO)
+    fast = _make("-n", "test", "PYTEST_ARGS=", cwd=REPO)  # CI's own PYTEST_ARGS reach us through the environment
     whole = _make("-n", "test-e2e", "PYTEST_ARGS=-ra", cwd=REPO)
     assert fast.returncode == whole.returncode == 0, fast.stderr + whole.stderr
     assert [line for line in fast.stdout.splitlines() if "-m pytest" in line][-1].endswith('-m "not e2e" ')
