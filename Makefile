@@ -81,7 +81,8 @@ $(SANDBOX_STAMP): $(SANDBOX_PACKAGES) $(STAMP)
 ## test: the suite on CPU in under 20 minutes on 2 cores, set-up included (T4 x2 emulated; GPU tests skipped without a GPU; TEST_JOBS=3 workers)
 ## test-e2e: the pipelines end to end: every notebook's Kaggle versions in the sandbox, each notebook judged on its scores (CI runs both)
 # Two tiers, one rule: a test of a pipeline end to end (a sandbox chain: every notebook in
-# Kaggle's image; a notebook at its defaults judged on its scores; the lent GPU check's
+# Kaggle's image; a notebook run through at its defaults or on a competition's layout for what
+# it delivers: scores, a checked submission, a rerun that recomputes nothing; the lent GPU check's
 # environment built and a notebook run in it) is marked e2e and runs in test-e2e. Every other
 # test runs in test: the kit's behaviour (a notebook as its vehicle too: killed, resumed) and the
 # README's commands. Together they took 32 min of tests on this 2-core machine (2026-11-30),
