@@ -247,7 +247,7 @@ def test_fold_models_are_exported_only_when_another_runtime_is_faster(tmp_path, 
 @pytest.mark.e2e
 def test_the_audio_notebook_beats_a_logistic_regression_on_the_mel_bands_and_plans_its_cpu_rerun(tmp_path):
     """Its defaults on the built-in stand-in: the CNN against the plain reference on the same folds
-    (out of fold and on the six test soundscapes), the export checked, the rerun's plan made."""
+    (the mean of the folds' scores, and on the six test soundscapes), the export checked, the rerun's plan made."""
     from test_notebooks import assert_reads_as_a_report
 
     from kagglekit.tools.notebook_runner import run_notebook
@@ -255,7 +255,9 @@ def test_the_audio_notebook_beats_a_logistic_regression_on_the_mel_bands_and_pla
     metrics = json.loads((out / "metrics.json").read_text())
     scores = metrics["scores"]
     print({k: round(v, 4) for k, v in scores.items()}, metrics["export"])
-    assert scores["cnn"] > scores["mel_logreg"] + 0.03 and scores["test_cnn"] > scores["test_mel_logreg"]
+    # CV as the mean of the folds' scores, every candidate alike (0.951 against 0.930 on 2026-11-30): pooled, the
+    # reference's folds' calibrations had cost it 0.11 and the CNN 0.06
+    assert scores["cnn"] > scores["mel_logreg"] + 0.01 and scores["test_cnn"] > scores["test_mel_logreg"] + 0.01
     assert metrics["export"]["largest_diff"] < 1e-4 and metrics["rerun_plan"]["fits"]
     assert metrics["choice"]["model"] == "cnn" and metrics["submission"]["rows"] == 6 * 12
     submission = pd.read_csv(out / "submission.csv", dtype={"row_id": str})

@@ -186,8 +186,10 @@ def test_the_summary_lines_say_each_models_cv_or_which_folds_remain(tmp_path):
     lines = result.headlines("MAE", ["mean"], note="units")
     score = result.scores["mean"]
     assert [(h["result"], h["value"]) for h in lines] == [
-        (f"CV MAE (mean), 4 folds (std {score['std']:.4g}; units)", score["mean"])]
+        (f"CV MAE (mean), mean of 4 folds (std {score['std']:.4g}; units)", score["mean"])]
     assert [h["result"].split(")")[0] for h in result.headlines("MAE")] == ["CV MAE (zero", "CV MAE (mean"]
+    single = kk.foldresults.CVResult(True, [0], [], "", scores={"m": {"per_fold": [0.5], "mean": 0.5, "std": 0.0}})
+    assert [h["result"] for h in single.headlines("AUC")] == ["CV AUC (m), 1 fold"]  # no spread of one
     better = kk.folds.CrossValidation(run, "h3", KFold(4), n=40).run(two, target=y, metric=mean_absolute_error,
                                                                      higher_is_better=True)
     assert (result.higher_is_better, better.higher_is_better) == (False, True)  # the metric's direction kept

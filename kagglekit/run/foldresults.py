@@ -47,8 +47,9 @@ class CVResult:
         lines = []
         for model in self.scores if models is None else models:
             score, count = self.scores[model], len(self.scores[model]["per_fold"])
-            spread = f"std {score['std']:.4g}" + (f"; {note}" if note else "")
-            lines.append(headline(f"CV {metric} ({model}), {count} fold{'s' * (count > 1)} ({spread})",
+            folds = f"mean of {count} folds" if count > 1 else "1 fold"  # not the score of their rows pooled
+            details = [f"std {score['std']:.4g}"] * (count > 1) + [note] * bool(note)
+            lines.append(headline(f"CV {metric} ({model}), {folds}" + (f" ({'; '.join(details)})" if details else ""),
                                   score["mean"], higher_is_better=self.higher_is_better))
         return lines
 

@@ -17,7 +17,7 @@ from ..machine.display import headline
 
 @dataclass
 class Candidate:
-    score: float  # its CV score (the metric's mean over the folds, or over the OOF rows)
+    score: float  # its CV score: the mean of its folds' scores (``Metric.cv``), as every candidate's
     oof: object = None  # its out-of-fold predictions
     test: object = None  # its test predictions (what the submission is written from)
 
