@@ -66,6 +66,24 @@ def assert_reads_as_a_report(out: Path, name: str) -> None:
     assert not stderr, stderr
 
 
+# The notebooks that no other test of `make test` runs: each is judged on its scores in `make test-e2e`, and
+# here only run through at its smoke size, so that `make test` alone catches a kit change that breaks one.
+RUN_NOWHERE_ELSE_IN_MAKE_TEST = ("audio_classification", "blend", "image_classification", "text_generation")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", RUN_NOWHERE_ELSE_IN_MAKE_TEST)
+def test_a_notebook_runs_through_at_its_smoke_size_and_reads_as_a_report(tmp_path, name):
+    """Every summary line with a value, a checked submission, every plot inline, nothing on stderr
+    (a reader's warning the notebook also says as a note is one line too many)."""
+    out = run_notebook(REPO / "notebooks" / f"{name}.ipynb", {"smoke": True}, output_dir=tmp_path / name,
+                       progress=False)
+    metrics = _metrics(out)
+    assert metrics["summary"] and all(line["value"] is not None for line in metrics["summary"]), metrics["summary"]
+    assert (out / "submission.csv").exists() and metrics["submission"]
+    assert_reads_as_a_report(out, name)
+
+
 @pytest.mark.slow
 def test_quickstart_trains_then_more_epochs_train_on_in_the_same_folder(tmp_path):
     """``make run NB=quickstart P=epochs=1``, then 2, then 4: one folder (epochs is run control),

@@ -5,15 +5,14 @@ image folder, or class sub-folders without a table; ``test_images/`` (or ``test/
 What the reader copes with, because real competitions do it (each in ``write_competition``'s
 stand-in): ids without their extension in train.csv and files in mixed formats (``.png``,
 ``.jpg``, ``.JPG``); images of mixed sizes, greyscale, RGB and RGBA (decoded to RGB at one size);
-extra columns in train.csv; an id in train.csv whose file is missing (dropped and said, never a
-crash at hour three). Decoding is what starves a T4 on Kaggle's 4 vCPUs: ``decode_all`` decodes
-each image once, resized, into one uint8 array (a unit's cached result: the next version decodes
-nothing), in worker processes.
+extra columns in train.csv; an id in train.csv whose file is missing (dropped and listed in
+``dropped``, which the notebook says once: never a crash at hour three). Decoding is what starves
+a T4 on Kaggle's 4 vCPUs: ``decode_all`` decodes each image once, resized, into one uint8 array
+(a unit's cached result: the next version decodes nothing), in worker processes.
 """
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,8 +76,6 @@ def read_competition(folder: Path | str, target_column: str = "label", id_column
         paths, names, dropped = _from_subfolders(_folder(folder, TRAIN_FOLDERS))
     classes = sorted(set(names), key=str)
     index = {c: k for k, c in enumerate(classes)}
-    if dropped:
-        warnings.warn(f"{len(dropped)} ids in train.csv have no image file (dropped): {dropped[:5]}", stacklevel=2)
     return ImageCompetition(folder, paths, np.array([index[n] for n in names]), classes,
                             [p for p in test_paths if p is not None], test_ids, ids_col, sample, wants, dropped)
 
