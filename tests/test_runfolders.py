@@ -34,6 +34,15 @@ def test_folder_names_are_readable_and_follow_the_configuration():
     assert other.startswith("data_dir=_data_my_set,lr=0.01-") and other != plain
 
 
+def test_the_headline_on_screen_shows_a_line_without_a_value_as_its_words_alone():
+    import kagglekit as kk
+    lines = [kk.headline("test PR-AUC", 0.81234, baseline=0.17, vs="MLP"),
+             kk.headline("scaling: not measurable here (needs two GPUs)", None),
+             kk.headline("CV MAE (folds 0-1 of 4 done, 2-3 next version)", None)]
+    assert runfolders.headline_text(lines) == ("test PR-AUC 0.8123 vs MLP 0.17 (pass); scaling: not measurable here "
+                                               "(needs two GPUs); CV MAE (folds 0-1 of 4 done, 2-3 next version)")
+
+
 @pytest.mark.slow
 def test_another_configuration_and_a_failed_run_leave_the_first_run_byte_equal(tmp_path):
     out = tmp_path / "runs"

@@ -91,13 +91,15 @@ def listing(root: Path) -> list[dict]:
 
 
 def headline_text(summary: list[dict]) -> str:
-    """"test PR-AUC 0.812 vs MLP 0.173 (pass)" for each headline of a run."""
+    """"test PR-AUC 0.812 vs MLP 0.173 (pass)" for each headline of a run; a line without a value
+    (a figure not measurable here, folds still to train) is its words alone."""
     parts = []
     for h in summary:
-        value = f"{h['value']:.4g}" if isinstance(h.get("value"), float) else str(h.get("value"))
+        value = h.get("value")
+        shown = "" if value is None else f" {value:.4g}" if isinstance(value, float) else f" {value}"
         vs = f" vs {h['vs']} {h['baseline']:.4g}" if isinstance(h.get("baseline"), float) else ""
         mark = {True: " (pass)", False: " (FAIL)", None: ""}.get(h.get("passed"), "")
-        parts.append(f"{h['result']} {value}{vs}{mark}")
+        parts.append(f"{h['result']}{shown}{vs}{mark}")
     return "; ".join(parts)
 
 
