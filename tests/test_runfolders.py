@@ -127,6 +127,28 @@ def test_make_runs_shows_kaggle_versions_beside_local_runs_with_cv_public_score_
     assert v3["params"] == "lr=0.01" == rows[2]["params"]  # epochs: run control, not the experiment
     for text in ("kaggle v3", "0.8912", "ERROR", "lr=0.01", "runs.csv"):
         assert text in done.stdout, done.stdout
+    header = done.stdout.splitlines()[0].split()
+    assert header == ["latest", "notebook", "run", "status", "time", "wall_s", "public", "params", "cv"]
+
+    long = [{"result": f"CV MAE (model {k}), mean of 5 folds (std 0.01)", "value": 0.4} for k in range(9)]
+    (runs / "quickstart" / "defaults-aaaa1111" / "metrics.json").write_text(json.dumps({"summary": long}))
+    wide = subprocess.run([sys.executable, "-m", "kagglekit.tools.cli", "runs", "--output", str(runs)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300).stdout
+    assert max(map(len, wide.splitlines())) < 220 and "model 0" in wide and "model 8" not in wide  # cut on screen
+    with open(runs / "runs.csv") as f:
+        assert "model 8" in [r for r in csv.DictReader(f) if r["run"] == "defaults-aaaa1111"][0]["cv"]  # whole
+
+
+def test_make_run_of_several_notebooks_closes_with_their_verdicts_counted():
+    from kagglekit.tools import cli
+    judged = [cli._judged(s) for s in ([], [{"passed": None}], [{"passed": True}] * 2,
+                                       [{"passed": True}, {"passed": False}, {"passed": None}])]
+    assert judged == ["-", "-", "2 pass", "1 FAIL, 1 pass"]
+    rows = [{"notebook": "tabular", "status": "ok", "headline": "x" * 900, "judged": "2 pass", "wall_s": 51.1,
+             "folder": "runs/tabular/defaults-f54fe347"}]
+    lines = cli._text_table(rows).splitlines()
+    assert lines[0].split() == ["notebook", "status", "judged", "seconds", "folder"]
+    assert lines[1].split() == ["tabular", "ok", "2", "pass", "51.1", "runs/tabular/defaults-f54fe347"]
 
 
 @pytest.mark.slow

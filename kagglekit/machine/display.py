@@ -41,6 +41,19 @@ def frame(rows: list[dict], digits: int = 4):
     return df.round(digits) if len(df) else df
 
 
+def text_table(rows: list[dict], widest: int = 100, digits: int = 4) -> str:
+    """``rows`` as a terminal shows them: columns left-aligned, floats rounded, a cell longer than
+    ``widest`` characters cut with "..." (one run's long headline would push every row off screen)."""
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+
+    def cell(value) -> str:
+        text = "" if value is None else str(round(value, digits) if isinstance(value, float) else value)
+        return text if len(text) <= widest else text[:widest - 3] + "..."
+    cells = [columns] + [[cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells)
+
+
 def show_table(rows: list[dict], digits: int = 4) -> None:
     """An HTML table in a notebook (a pandas DataFrame), plain text elsewhere."""
     if not rows:

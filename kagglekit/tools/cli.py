@@ -50,7 +50,8 @@ def _run_one(nb: Path, params: dict, output_root: str, run_notebook) -> dict:
               file=sys.stderr, flush=True)
     metrics = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").exists() else {}
     row = {"notebook": nb.stem, "status": status, "headline": headline_text(metrics.get("summary", [])),
-           "wall_s": round(time.monotonic() - started, 1), "folder": str(folder)}
+           "judged": _judged(metrics.get("summary", [])), "wall_s": round(time.monotonic() - started, 1),
+           "folder": str(folder)}
     if status == "ok":
         print(f"== {nb.stem}: done in {row['wall_s']} s -> {folder}/")
         for line in str(row["headline"]).split("; "):
@@ -66,8 +67,19 @@ def _latest(folder: Path) -> Path:
 
 
 def _text_table(rows: list[dict]) -> str:
-    from ..machine.display import frame
-    return frame(rows).to_string(index=False)
+    """The closing table of ``make run``: each notebook's verdicts counted (its headlines were
+    printed as it finished)."""
+    from ..machine.display import text_table
+    return text_table([{"notebook": r["notebook"], "status": r["status"], "judged": r["judged"],
+                        "seconds": r["wall_s"], "folder": r["folder"]} for r in rows])
+
+
+def _judged(summary: list[dict]) -> str:
+    """'3 pass', '1 FAIL, 2 pass' or '-': the headlines judged against their baselines."""
+    verdicts = [h.get("passed") for h in summary]
+    counts = [f"{verdicts.count(verdict)} {word}" for verdict, word in ((False, "FAIL"), (True, "pass"))
+              if verdict in verdicts]
+    return ", ".join(counts) or "-"
 
 
 def cmd_runs(args) -> int:

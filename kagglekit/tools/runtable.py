@@ -16,6 +16,7 @@ from pathlib import Path
 from . import runfolders
 
 COLUMNS = ("notebook", "run", "status", "time", "cv", "public", "params", "wall_s", "latest")
+ON_SCREEN = ("latest", "notebook", "run", "status", "time", "wall_s", "public", "params", "cv")  # the long one last
 
 
 def _json(path: Path) -> dict:
@@ -75,11 +76,11 @@ def text(root: Path) -> str:
     """The table as ``make runs`` prints it (times readable, the latest local run starred)."""
     import datetime
 
-    from ..machine.display import frame
+    from ..machine.display import text_table
     rows = table(root)
     if not rows:
         return ""
     for r in rows:
         r["time"] = datetime.datetime.fromtimestamp(r["time"]).strftime("%Y-%m-%d %H:%M")
         r["latest"] = "*" if r["latest"] else ""
-    return f"{frame(rows).to_string(index=False)}\n(also {root / 'runs.csv'})"
+    return f"{text_table([{k: r.get(k, '') for k in ON_SCREEN} for r in rows])}\n(also {root / 'runs.csv'}, uncut)"
