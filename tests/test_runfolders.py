@@ -43,6 +43,16 @@ def test_the_headline_on_screen_shows_a_line_without_a_value_as_its_words_alone(
                                                "(needs two GPUs); CV MAE (folds 0-1 of 4 done, 2-3 next version)")
 
 
+@pytest.mark.parametrize("notebook", sorted((REPO / "notebooks").glob("*.ipynb")), ids=lambda p: p.stem)
+def test_a_smoke_run_never_shares_the_folder_of_the_defaults_run(notebook):
+    """`make run NB=blend P=smoke=True` wrote into blend's defaults folder (the kit's run-control list, used
+    where a notebook marks none, held smoke), over the full run's submission and metrics."""
+    from kagglekit.run.params import run_control
+    from kagglekit.tools.notebook_runner import declared_parameters, parameters_source
+    defaults, control = declared_parameters(notebook), run_control(parameters_source(notebook))
+    assert runfolders.folder_name(defaults, {"smoke": True}, control) != runfolders.folder_name(defaults, {}, control)
+
+
 @pytest.mark.slow
 def test_another_configuration_and_a_failed_run_leave_the_first_run_byte_equal(tmp_path):
     out = tmp_path / "runs"

@@ -23,10 +23,11 @@ from . import keys
 # Parameters that change how long or how safely a run trains, not what it learns: a
 # checkpoint written under other values of these is still resumed (more epochs train on
 # from it). A notebook declares its own with ``# [run]`` (``params.run_control``); these
-# are the kit's list, used where it declares none, and the three that always are.
+# are the kit's list, used where it declares none, and the three that always are. ``smoke``
+# is none of them: its overrides change what a run is (blend's rows and folds), so a smoke
+# run is a configuration, and a run folder, of its own.
 ALWAYS_RUN_CONTROL = frozenset({"force_retrain", "time_budget_s", "save_every_min"})
-DEFAULT_RUN_CONTROL = ALWAYS_RUN_CONTROL | {"epochs", "max_steps", "smoke", "processes",
-                                            "cuda_graphs"}
+DEFAULT_RUN_CONTROL = ALWAYS_RUN_CONTROL | {"epochs", "max_steps", "processes", "cuda_graphs"}
 
 
 def config_changes(saved: dict, current: dict, run_control=DEFAULT_RUN_CONTROL) -> str:
