@@ -259,7 +259,9 @@ def test_the_audio_notebook_beats_a_logistic_regression_on_the_mel_bands_and_pla
     # reference's folds' calibrations had cost it 0.11 and the CNN 0.06
     assert scores["cnn"] > scores["mel_logreg"] + 0.01 and scores["test_cnn"] > scores["test_mel_logreg"] + 0.01
     assert metrics["export"]["largest_diff"] < 1e-4 and metrics["rerun_plan"]["fits"]
-    assert metrics["choice"]["model"] == "cnn" and metrics["submission"]["rows"] == 6 * 12
+    # a CNN is submitted; with or without its EMA is within run-to-run noise on this stand-in (folds' means 0.9512 and
+    # 0.9502 here, 0.9489 and 0.9507 in CI run 87, where the choice went the other way)
+    assert metrics["choice"]["model"] in ("cnn", "cnn_no_ema") and metrics["submission"]["rows"] == 6 * 12
     submission = pd.read_csv(out / "submission.csv", dtype={"row_id": str})
     assert submission.columns[0] == "row_id" and submission.columns[1:].tolist() == sorted(submission.columns[1:])
     assert submission["row_id"].str.rsplit("_", n=1).str[1].astype(int).between(5, 60).all()
