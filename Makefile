@@ -15,7 +15,7 @@ P ?=
 PYTEST_ARGS ?=
 TEST_JOBS ?= 3
 
-.PHONY: help setup lab run runs view test test-e2e sandbox gpu-bundle gpu-check soak bench lint clean build push status logs output pull quota compare submit score data upload-data drift results publish
+.PHONY: help setup models lab run runs view test test-e2e sandbox gpu-bundle gpu-check soak bench lint clean build push status logs output pull quota compare submit score data upload-data drift results publish
 
 # V=1: keep the warnings the kit silences because they carry nothing for the user.
 ifdef V
@@ -36,7 +36,7 @@ setup: $(STAMP)
 
 # The Jupyter kernel papermill uses is registered inside the venv (--sys-prefix),
 # never in the user's home.
-$(STAMP): requirements.txt pyproject.toml setup/ipython_kernel_config.py
+$(STAMP): requirements.txt pyproject.toml setup/ipython_kernel_config.py setup/torchvision_cpu.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --no-compile --disable-pip-version-check -r requirements.txt
 	@# pip compiles on one core; compileall on all of them (25 s less here). A file written for
@@ -44,9 +44,14 @@ $(STAMP): requirements.txt pyproject.toml setup/ipython_kernel_config.py
 	@# packages' own test suites (3,400 files, half the time: 14 s of 31 here) are never imported.
 	$(PY) -m compileall -q -j 0 -x '/tests?/' $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") > /dev/null || true
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(PY) setup/torchvision_cpu.py $(PY)
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (kagglekit)"
 	mkdir -p $(VENV)/etc/ipython && cp setup/ipython_kernel_config.py $(VENV)/etc/ipython/
 	touch $@
+
+## models: real pretrained weights shipped in packages, as the folders Kaggle Models hold: models/tf_efficientnet_lite0 (timm, ImageNet-1k), for model_dir
+models: $(STAMP)
+	$(PY) -c "from kagglekit.tasks import backbones; print(backbones.write_packaged('models/tf_efficientnet_lite0'))"
 
 ## lab: JupyterLab on notebooks/ with the kit's kernel ("Python 3 (kagglekit)"); runs go to runs/lab/<notebook>
 LAB_STAMP := $(VENV)/.lab-installed

@@ -19,7 +19,7 @@ IMAGE = Path("sandbox/kaggle-image.txt")
 # Packages that declare torch as a dependency: pip would install a torch of its own choosing
 # (CUDA wheels) before the project's is linked in. Installed --no-deps, after the rest: their
 # other dependencies are pinned in the image list.
-NEED_TORCH = {"peft", "accelerate"}
+NEED_TORCH = {"peft", "accelerate", "torchvision", "timm"}
 VENV = Path(".sandbox/venv")
 
 
@@ -74,6 +74,9 @@ def _finish(image: Path, venv: Path, python: Path, stamp: Path, wanted: str) -> 
     if not _link_torch(python, wanted_torch):
         subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-compile",
                         "--disable-pip-version-check", f"torch=={wanted_torch}"], check=True)
+    # Kaggle's torchvision has its compiled ops; beside the stand-in CPU torch they cannot load:
+    # made importable as the project's venv is (setup/torchvision_cpu.py says what and why)
+    subprocess.run([str(python), "setup/torchvision_cpu.py", str(python)], check=True)
     lacking = subprocess.run([str(python), "-I", "-c", "import importlib.util as u; "
                               "print([m for m in ('torch_geometric', 'kagglekit', 'imagecodecs') if u.find_spec(m)])"],
                              capture_output=True, text=True, check=True).stdout.strip()
