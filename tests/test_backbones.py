@@ -94,12 +94,51 @@ def test_a_config_without_weights_names_what_the_folder_holds(tmp_path):
         backbones.read(folder)
 
 
-def test_without_timm_the_backbone_is_refused_naming_the_package(tmp_path):
-    try:
-        import timm  # noqa: F401
-        pytest.skip("timm imports here: create() is exercised where it does (benchmarks/gpu_check.py)")
-    except ImportError:
-        pass
+@pytest.fixture(scope="module")
+def packaged(tmp_path_factory):
+    return backbones.write_packaged(tmp_path_factory.mktemp("models") / "tf_efficientnet_lite0")
+
+
+def test_the_packaged_imagenet_weights_see_what_a_photograph_shows(packaged):
+    """A photograph matplotlib ships (Grace Hopper in uniform) through the folder timm wrote, read back
+    as a Kaggle Model's: ImageNet's class 652, "military uniform", first. Random weights, or weights
+    mapped onto the wrong layers, give no such answer; a folder save_for_hf writes (num_classes in its
+    model_args) failed to create before."""
+    from pathlib import Path
+
+    import matplotlib
+    import numpy as np
+    from PIL import Image
+    found = backbones.read(packaged)
+    assert (found.architecture, found.side, found.mean) == ("tf_efficientnet_lite0", 224, (0.5, 0.5, 0.5))
+    assert found.model_args["num_classes"] == 1000  # what save_for_hf writes, and create must not pass twice
+    photo = Image.open(Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg").convert("RGB")
+    pixels = torch.from_numpy(np.array(photo.resize((found.side, found.side), Image.Resampling.BICUBIC)))
+    x = (pixels.permute(2, 0, 1).float() / 255 - torch.tensor(found.mean).view(3, 1, 1)) / torch.tensor(
+        found.std).view(3, 1, 1)
+    with torch.no_grad():
+        probs = found.create(1000).eval()(x[None]).softmax(-1)[0]
+    assert probs.argmax().item() == 652 and probs.max().item() > 0.3
+    head = found.create(2).get_classifier()  # a new head for two classes, the body's weights kept
+    assert (head.in_features, head.out_features) == (1280, 2)
+    assert backbones.write_packaged(packaged) == packaged  # written once: the second call reads nothing
+
+
+def test_timm_and_torchvision_import_in_the_venv_as_set_up():
+    """The set-up's promise (requirements.txt, setup/torchvision_cpu.py): timm's models and torchvision's
+    Python part import beside the CPU torch, in a new process as a notebook's kernel starts one."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", "import timm, torchvision; print(torchvision.__version__, "
+                           "timm.create_model('resnet18').fc.out_features)"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[0].startswith("0.28.0") and done.stdout.split()[1] == "1000"
+
+
+def test_without_timm_the_backbone_is_refused_naming_the_package(tmp_path, monkeypatch):
+    """A kernel whose image lacks timm (or whose torchvision does not import) is told what to attach."""
+    import sys
+    monkeypatch.setitem(sys.modules, "timm", None)  # an import of timm now raises ImportError
     folder, _ = timm_folder(tmp_path)
     with pytest.raises(ModelDirError, match="needs timm .*Kaggle's image has both"):
         backbones.read(folder).create(10)

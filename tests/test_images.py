@@ -105,3 +105,88 @@ def test_the_notebooks_references_frozen_features_once_and_no_svc_beyond_its_lim
     executed = (out / "image_classification.ipynb").read_text()
     assert re.search(r"no SVC on the pixels: 1,\d{3} training images, above svc_max_images=100", executed)
     assert re.search(r"CV accuracy of the submission \(\w+\)\*\*: [\d.]+ vs frozen features", executed)
+
+
+@pytest.mark.parametrize("layout", [
+    {"digits": (3, 8)},  # train.csv, a label column in the sample
+    {"digits": (3, 8), "probabilities": True},  # one probability column (Dogs vs Cats' form), scored by AUC
+    {"digits": (3, 8), "subfolders": True},  # a folder per class, no train.csv
+])
+def test_two_class_folders_submit_in_the_samples_form(tmp_path, layout):
+    """The most common image competition: two classes. One probability column in the sample (its
+    placeholders fractions) is the second class's probability, scored by ROC AUC; a label column
+    gets the class's word; either way the sample's own column, whatever target_column says."""
+    folder = images.write_competition(tmp_path / "two", **layout)
+    comp = images.read_competition(folder)
+    assert comp.classes == ["eight", "three"] and set(comp.labels) == {0, 1}
+    probability = layout.get("probabilities", False)
+    assert (comp.wants, comp.metric) == (("probability", "auc") if probability else ("label", "accuracy"))
+    probs = np.tile([[0.3, 0.7]], (len(comp.test_ids), 1))
+    submission = comp.submission(probs)
+    assert submission.columns.tolist() == pd.read_csv(folder / "sample_submission.csv").columns.tolist()
+    assert submission["label"].tolist() == ([0.7] if probability else ["three"]) * len(comp.test_ids)
+
+
+def test_a_one_class_folder_and_a_probability_sample_for_many_classes_are_refused(tmp_path, digits):
+    import shutil
+    one = tmp_path / "one"
+    shutil.copytree(digits, one)
+    table = pd.read_csv(one / "train.csv")
+    table.assign(label="seven").to_csv(one / "train.csv", index=False)
+    with pytest.raises(images.ImageDataError, match="every training image has the class 'seven'.*target_column"):
+        images.read_competition(one)
+    sample = pd.read_csv(digits / "sample_submission.csv").assign(label=0.5)
+    sample.to_csv(one / "sample_submission.csv", index=False)
+    table.to_csv(one / "train.csv", index=False)
+    with pytest.raises(images.ImageDataError, match="holds fractions .* 10 classes"):
+        images.read_competition(one)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_notebook_on_a_two_class_folder_submits_a_checked_probability(tmp_path):
+    """The image notebook on a two-class competition (class sub-folders, one probability column):
+    every reference (the SVC's one decision value for two classes crashed it), the models chosen on
+    ROC AUC, and a submission of probabilities in the sample's column."""
+    import json
+    from pathlib import Path
+
+    from kagglekit.tools.notebook_runner import run_notebook
+    folder = images.write_competition(tmp_path / "two", digits=(3, 8), probabilities=True, subfolders=True)
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "image_classification.ipynb"
+    out = tmp_path / "run"
+    run_notebook(notebook, {"smoke": True, "data_dir": str(folder)}, output_dir=out, progress=False)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {"svc_pixels", "frozen_features", "cnn"} <= set(metrics["scores"])
+    assert metrics["choice"]["metric"] == "auc" and metrics["scores"]["svc_pixels"] > 0.9
+    submission = pd.read_csv(out / "submission.csv")
+    assert submission.columns.tolist() == ["image_id", "label"] and submission["label"].between(0, 1).all()
+    assert submission["label"].nunique() > 2  # probabilities, not labels
+
+
+@pytest.fixture(scope="module")
+def packaged_backbone(tmp_path_factory):
+    from kagglekit.tasks import backbones
+    return backbones.write_packaged(tmp_path_factory.mktemp("models") / "tf_efficientnet_lite0")
+
+
+@pytest.mark.slow
+def test_the_notebook_fine_tunes_a_pretrained_backbone_beside_its_frozen_probe(tmp_path, packaged_backbone):
+    """The image notebook's pretrained path at its smoke size: real ImageNet weights attached by
+    model_dir, the defaults a pretrained body takes chosen and said, the folds and the frozen features
+    keyed by the backbone's identity, fine-tuning and the probe on the same folds, a checked submission."""
+    import json
+    from pathlib import Path
+
+    from kagglekit.tools.notebook_runner import run_notebook
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "image_classification.ipynb"
+    out = tmp_path / "run"
+    run_notebook(notebook, {"smoke": True, "model_dir": str(packaged_backbone), "image_size": 32},
+                 output_dir=out, progress=False)
+    executed = (out / "image_classification.ipynb").read_text()
+    assert "body_lr=0.3: the defaults for a pretrained body" in executed
+    assert "backbone: timm tf_efficientnet_lite0" in executed
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {"cnn", "cnn_no_ema", "frozen_features", "svc_pixels"} <= set(metrics["scores"])
+    assert metrics["config"]["model_dir"] == str(packaged_backbone)
+    assert (out / "submission.csv").exists() and metrics["submission"]

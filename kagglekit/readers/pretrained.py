@@ -127,3 +127,18 @@ def quiet_transformers() -> None:
     os.environ.setdefault("AR_LOG_LEVEL", "ERROR")
     import logging as std_logging
     std_logging.getLogger("autoround").setLevel(os.environ["AR_LOG_LEVEL"])
+
+
+def defaults_for(pretrained: bool, given: dict[str, float], defaults: dict[str, tuple[float, float]],
+                 verbose: bool = True) -> dict[str, float]:
+    """``given``'s values, each left at 0 replaced by its default for the model attached:
+    ``defaults[name] = (for a pretrained body, for a random start)``. A pretrained body keeps what it
+    learned only under a gentler rate than a random start needs (the rate that trains a CNN from
+    scratch wipes ImageNet's features out in its first epoch), and its new head wants more than
+    its body. What was chosen, and why, is printed; a value the user gave is kept as given."""
+    start = "a pretrained body" if pretrained else "a random start"
+    chosen = {name: (value or defaults[name][0 if pretrained else 1]) for name, value in given.items()}
+    picked = [f"{name}={chosen[name]:g}" for name, value in given.items() if not value]
+    if picked and verbose:
+        print(f"kagglekit: {', '.join(picked)}: the defaults for {start} (give a value to choose another)", flush=True)
+    return chosen

@@ -59,7 +59,8 @@ class Metric:
             return float(np.sqrt(m.mean_squared_error(y, pred)))  # rmse; rmsle in log1p space
         proba = _two_columns(pred) if self.task == "binary" else pred
         if self.name == "auc":
-            return float(m.roc_auc_score(y, pred if pred.ndim == 1 else proba, multi_class="ovr"))
+            ranked = proba[:, 1] if self.task == "binary" else pred  # scikit-learn ranks one column for two classes
+            return float(m.roc_auc_score(y, ranked, multi_class="ovr"))
         if self.name == "logloss":
             clipped = np.clip(proba, EPS, 1 - EPS)
             return float(m.log_loss(y, clipped / clipped.sum(1, keepdims=True), labels=np.arange(proba.shape[1])))

