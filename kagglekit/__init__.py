@@ -31,7 +31,7 @@ _PARTS = {
     "search": ["tune", "sizing", "studyreport", "studystore", "boosting"],
     "llm": ["llmshards", "hfbackend", "llmengine", "voting", "vllmcheck", "llmexport", "llmquant"],
     "tasks": ["segment3d", "postprocess3d", "augment3d", "models", "cycles", "text", "prompts", "answerhead",
-              "figures", "gbdt", "surfacescore", "augment2d", "mel", "sft", "backbones"],
+              "figures", "gbdt", "surfacescore", "augment2d", "mel", "sft", "backbones", "textprobe"],
 }
 _SUBMODULES = {name: f"{part}.{name}" for part, names in _PARTS.items() for name in names}
 _EXPORTS = {

@@ -239,6 +239,19 @@ def prepare_quantized(model, gradient_checkpointing: bool):
                                            gradient_checkpointing_kwargs=NON_REENTRANT)
 
 
+HEAD_NAMES = ("classifier", "score")  # a sequence classifier's new head in transformers (peft's modules_to_save)
+
+
+def param_groups(model, lr: float, head_lr: float) -> list[dict]:
+    """What trains, in two groups for AdamW: a new classification head at ``head_lr`` (it starts from
+    nothing), the rest (the pretrained body, or its LoRA adapters) at ``lr`` (it starts from what it knows)."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    is_head = [any(part in HEAD_NAMES for part in n.split(".")) for n, _ in named]
+    groups = ({"params": [p for (_, p), h in zip(named, is_head) if not h], "lr": lr},
+              {"params": [p for (_, p), h in zip(named, is_head) if h], "lr": head_lr})
+    return [g for g in groups if g["params"]]
+
+
 def parameter_counts(model) -> dict:
     """Parameters that train against all of them."""
     total = sum(p.numel() for p in model.parameters())

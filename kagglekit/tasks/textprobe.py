@@ -1,0 +1,54 @@
+"""The frozen probe of a text model: its own features, mean-pooled, under a linear head.
+
+What a pretrained encoder knows before any fine-tuning: the attached model's last hidden states,
+averaged over each text's real tokens (padding masked out), read once in the run's precision.
+A logistic regression on them, on the same folds as the fine-tuning, is the floor fine-tuning
+must clear (a sentence encoder such as all-MiniLM-L6-v2 was trained for exactly these mean-pooled
+vectors; its [CLS] token, which a sequence-classification head reads, was never trained to mean
+anything). Texts are sorted by length, so each batch pads little.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..parallel.loaders import to_device
+from ..readers.pretrained import quiet_transformers
+
+
+@torch.no_grad()
+def pooled_features(model_path, texts, collate, batch_size: int, device, autocast=None) -> np.ndarray:
+    """(texts, hidden) float32: ``texts`` (a ``TokenizedTexts``) through the model in ``model_path``
+    without any head, each text's last hidden states averaged over its real tokens."""
+    from transformers import AutoModel
+    quiet_transformers()
+    model = AutoModel.from_pretrained(model_path).to(device).eval()
+    order = np.argsort(texts.lengths, kind="stable")[::-1]
+    out = np.zeros((len(texts), model.config.hidden_size), np.float32)
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        batch = to_device(collate([{"input_ids": texts.ids[i]} for i in idx]), device)
+        with autocast or torch.autocast(device.type, enabled=False):
+            hidden = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        out[idx] = ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1)).float().cpu().numpy()
+    return out
+
+
+def linear_probe(c: float = 1.0):
+    """Standardised features under a logistic regression (the features' scale is the model's)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    return make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=3000))
+
+
+def on_folds(make, x: np.ndarray, y: np.ndarray, x_test: np.ndarray, folds) -> tuple[np.ndarray, np.ndarray]:
+    """``make()`` fitted on each fold's training rows of ``x``: its out-of-fold class probabilities (rows no
+    fold holds out stay 0) and the mean of its folds' probabilities of ``x_test``."""
+    oof, test = np.zeros((len(x), len(np.unique(y)))), []
+    for fold in folds:
+        fitted = make().fit(x[fold.train], y[fold.train])
+        oof[fold.val] = fitted.predict_proba(x[fold.val])
+        test.append(fitted.predict_proba(x_test))
+    return oof, np.mean(test, axis=0)
