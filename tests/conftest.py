@@ -46,6 +46,36 @@ def _new_files() -> set[str]:
             and "__pycache__" not in line}
 
 
+SUITE_TEMP = "KAGGLEKIT_SUITE_TEMP"  # the suite's own temp folder, made by the controller, inherited by all
+
+
+def pytest_configure(config):
+    """The suite writes into a temp folder of its own (TMPDIR for its workers, kernels and every
+    subprocess), so what it leaves is judged there: a neighbour writing 13 GB into the system's temp
+    folder during the run once failed a green suite. Made once, by the controller, before the
+    workers start."""
+    if hasattr(config, "workerinput") or os.environ.get(SUITE_TEMP):
+        return
+    system = Path(tempfile.gettempdir())
+    for stale in system.glob("kagglekit-suite-*"):  # a run killed before its end left its folder
+        if not _pid_alive(stale.name.rsplit("-", 1)[-1]):
+            shutil.rmtree(stale, ignore_errors=True)
+    own = system / f"kagglekit-suite-{os.getpid()}"
+    own.mkdir(exist_ok=True)
+    os.environ[SUITE_TEMP] = os.environ["TMPDIR"] = str(own)
+    tempfile.tempdir = str(own)
+
+
+def _pid_alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _temp_entries() -> set[str]:
     """What the system's temp folder holds, pytest's own folders aside (their retention is
     pytest's: tmp_path_retention_policy)."""
@@ -105,6 +135,9 @@ def pytest_sessionfinish(session, exitstatus):
         print(f"\nthe tests left {sum(n for n, _ in left) / 2**20:.0f} MiB in {tempfile.gettempdir()}: "
               f"{[(name, f'{n / 2**20:.1f} MiB') for n, name in left[:10]]}", file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    for name in _temp_entries():  # judged: the kit's caches go (pytest keeps the failed tests' folders)
+        path = Path(tempfile.gettempdir()) / name
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
 
