@@ -320,23 +320,27 @@ def test_the_validation_loss_is_the_mean_over_samples_not_over_batches(kind):
     assert loss != pytest.approx((per_sample[:5].mean() + per_sample[5]).item() / 2, rel=1e-3)
 
 
-def test_the_weights_average_is_the_exponential_average_of_each_steps_weights():
+@pytest.mark.parametrize("warmup", [True, False])
+def test_the_weights_average_is_the_exponential_average_of_each_steps_weights(warmup):
     """kk.Ema against a plain reference: after every optimizer step, avg = d * avg + (1 - d) * w
-    (the first step's weights to start), buffers averaged too; fit's own weights untouched."""
+    (the first step's weights to start), buffers averaged too; fit's own weights untouched. With its
+    warm-up (timm's, TensorFlow's), update n keeps d = min(decay, (1 + n) / (10 + n)): the first,
+    untrained steps fade fast."""
     torch.manual_seed(0)
     x, y = torch.randn(64, 5), torch.randn(64, 1)
     model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 1))
     seen = []
-    ema = kk.Ema(0.8, validate=False)
+    ema = kk.Ema(0.8, validate=False, warmup=warmup)
     loader = kk.make_loader(torch.utils.data.TensorDataset(x, y), 16, seed=0, num_workers=0)
     kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), loader, kk.supervised(torch.nn.functional.mse_loss),
            run=kk.Alone(device="cpu", precision="fp32", resume=False), epochs=2, progress=False, monitor=False,
            on_step_end=lambda st: seen.append({k: v.clone() for k, v in model.state_dict().items()}), ema=ema)
     expected = dict(seen[0])
-    for weights in seen[1:]:
+    for n, weights in enumerate(seen[1:], start=1):
+        d = min(0.8, (1 + n) / (10 + n)) if warmup else 0.8
         for k, v in weights.items():
             if v.is_floating_point():
-                expected[k] = 0.8 * expected[k] + 0.2 * v
+                expected[k] = d * expected[k] + (1 - d) * v
     got = ema.model.state_dict()
     for k, v in expected.items():
         if v.is_floating_point():
