@@ -52,3 +52,14 @@ def on_folds(make, x: np.ndarray, y: np.ndarray, x_test: np.ndarray, folds) -> t
         oof[fold.val] = fitted.predict_proba(x[fold.val])
         test.append(fitted.predict_proba(x_test))
     return oof, np.mean(test, axis=0)
+
+
+def verdict(metric, tuned: float, probe: float | None, lr: float) -> list[str]:
+    """What a run says when fine-tuning scored below the model's own frozen probe on the same folds
+    (nothing when it did not, or no probe ran), with the causes met here."""
+    if probe is None or not metric.better(probe, tuned):
+        return []
+    return [f"fine-tuning scored below the model's own frozen probe (CV {metric.name} {tuned:.4f} against "
+            f"{probe:.4f}): its rate (lr={lr:g}) or epochs undid the pretrained features, its new head learned "
+            "too slowly (head_lr), or the head reads a token the model never trained ([CLS] of a sentence "
+            "encoder, whose mean-pooled states are its features)"]
