@@ -132,10 +132,10 @@ def quiet_transformers() -> None:
 def defaults_for(pretrained: bool, given: dict[str, float], defaults: dict[str, tuple[float, float]],
                  verbose: bool = True) -> dict[str, float]:
     """``given``'s values, each left at 0 replaced by its default for the model attached:
-    ``defaults[name] = (for a pretrained body, for a random start)``. A pretrained body keeps what it
-    learned only under a gentler rate than a random start needs (the rate that trains a CNN from
-    scratch wipes ImageNet's features out in its first epoch), and its new head wants more than
-    its body. What was chosen, and why, is printed; a value the user gave is kept as given."""
+    ``defaults[name] = (for a pretrained body, for a random start)``: a pretrained body is adjusted
+    at a gentler rate than a random start learns at, its new head learned faster than its body
+    (benchmarks/RESULTS.md measures both notebooks' choices). What was chosen is printed; a value
+    the user gave is kept as given."""
     start = "a pretrained body" if pretrained else "a random start"
     chosen = {name: (value or defaults[name][0 if pretrained else 1]) for name, value in given.items()}
     picked = [f"{name}={chosen[name]:g}" for name, value in given.items() if not value]

@@ -4,8 +4,9 @@ What a pretrained encoder knows before any fine-tuning: the attached model's las
 averaged over each text's real tokens (padding masked out), read once in the run's precision.
 A logistic regression on them, on the same folds as the fine-tuning, is the floor fine-tuning
 must clear (a sentence encoder such as all-MiniLM-L6-v2 was trained for exactly these mean-pooled
-vectors; its [CLS] token, which a sequence-classification head reads, was never trained to mean
-anything). Texts are sorted by length, so each batch pads little.
+vectors, not for the [CLS] token a sequence-classification head reads). Texts are sorted by length,
+so each batch pads little; on a GPU the model loads in fp16 (nothing trains: a 7B decoder takes
+14 GB, not the 28 of fp32, and fits a T4).
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def pooled_features(model_path, texts, collate, batch_size: int, device, autocas
     without any head, each text's last hidden states averaged over its real tokens."""
     from transformers import AutoModel
     quiet_transformers()
-    model = AutoModel.from_pretrained(model_path).to(device).eval()
+    half = torch.device(device).type == "cuda"
+    model = AutoModel.from_pretrained(model_path, dtype=torch.float16 if half else torch.float32).to(device).eval()
     order = np.argsort(texts.lengths, kind="stable")[::-1]
     out = np.zeros((len(texts), model.config.hidden_size), np.float32)
     for start in range(0, len(order), batch_size):
@@ -46,11 +48,14 @@ def linear_probe(c: float = 1.0):
 def on_folds(make, x: np.ndarray, y: np.ndarray, x_test: np.ndarray, folds) -> tuple[np.ndarray, np.ndarray]:
     """``make()`` fitted on each fold's training rows of ``x``: its out-of-fold class probabilities (rows no
     fold holds out stay 0) and the mean of its folds' probabilities of ``x_test``."""
-    oof, test = np.zeros((len(x), len(np.unique(y)))), []
+    width = int(np.max(y)) + 1  # class indices: a fold whose training rows lack a class still fills its column
+    oof, test = np.zeros((len(x), width)), []
     for fold in folds:
         fitted = make().fit(x[fold.train], y[fold.train])
-        oof[fold.val] = fitted.predict_proba(x[fold.val])
-        test.append(fitted.predict_proba(x_test))
+        seen = fitted.classes_ if hasattr(fitted, "classes_") else fitted[-1].classes_
+        oof[np.ix_(fold.val, seen)] = fitted.predict_proba(x[fold.val])
+        test.append(np.zeros((len(x_test), width)))
+        test[-1][:, seen] = fitted.predict_proba(x_test)
     return oof, np.mean(test, axis=0)
 
 
