@@ -77,9 +77,11 @@ def _pid_alive(pid: str) -> bool:
 
 
 def _temp_entries() -> set[str]:
-    """What the system's temp folder holds, pytest's own folders aside (their retention is
-    pytest's: tmp_path_retention_policy)."""
-    return {p.name for p in Path(tempfile.gettempdir()).iterdir() if not p.name.startswith("pytest-of-")}
+    """What the temp folder holds, pytest's own folders aside (their retention is pytest's:
+    tmp_path_retention_policy), and torch's compile cache (torchinductor_<user>: the compiled tests
+    fill it by design, about 150 MB; it goes with the suite's folder)."""
+    return {p.name for p in Path(tempfile.gettempdir()).iterdir()
+            if not p.name.startswith(("pytest-of-", "torchinductor_"))}
 
 
 def _bytes_under(path: Path) -> int:
@@ -135,9 +137,9 @@ def pytest_sessionfinish(session, exitstatus):
         print(f"\nthe tests left {sum(n for n, _ in left) / 2**20:.0f} MiB in {tempfile.gettempdir()}: "
               f"{[(name, f'{n / 2**20:.1f} MiB') for n, name in left[:10]]}", file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    for name in _temp_entries():  # judged: the kit's caches go (pytest keeps the failed tests' folders)
-        path = Path(tempfile.gettempdir()) / name
-        shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink()
+    for path in Path(tempfile.gettempdir()).iterdir():  # judged: the rest goes (pytest keeps failed tests' folders)
+        if not path.name.startswith("pytest-of-"):
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
 
