@@ -7,7 +7,8 @@ repeats, on top of transformers, peft and tokenizers (imported here only):
   takes; ``collator`` pads each batch to its longest text (to a multiple of 8 for fp16 tensor
   cores); ``kk.make_loader(..., lengths=texts.lengths)`` groups texts of similar length;
 - ``load_classifier``: the attached model with a classification head (``head="sequence"``: a
-  new linear head on the last real token, or [CLS] for an encoder) or its own answer tokens
+  new linear head on the last real token, [CLS] for an encoder, a sentence encoder's own pooling:
+  ``tasks.pooledhead``) or its own answer tokens
   (``head="answer_token"``: ``tasks.answerhead``), LoRA adapters (peft), the frozen base in
   fp16 beside an fp32 head and adapters, the model's own gradient checkpointing, 4-bit weights
   (bitsandbytes, GPU only) or its layers split over the GPUs (``device_map``, ``max_memory``);
@@ -29,7 +30,7 @@ from ..parallel import ranks
 from ..parallel.loaders import to_device
 from ..readers.pretrained import quiet_transformers
 from ..score import metrics
-from . import prompts
+from . import pooledhead, prompts
 from .answerhead import AnswerTokenClassifier
 
 
@@ -144,7 +145,8 @@ def load_classifier(model_dir, num_labels: int, *, head: str = "sequence", answe
                     device=None, precision=None):
     """``(model, tokenizer)``: the attached model as a classifier of ``num_labels`` classes.
 
-    head: "sequence" (a fresh linear head on the last real token; an encoder's on [CLS]) or
+    head: "sequence" (a fresh linear head on the last real token; an encoder's on [CLS]; a sentence
+        encoder's on its own pooling: ``tasks.pooledhead``) or
         "answer_token" (the causal LM's logits of ``answer_ids``, one token per class:
         ``tasks.answerhead``). lora_r: 0 trains every weight; else LoRA adapters of rank
         ``lora_r`` on every linear layer (peft), the sequence head trained whole. The frozen
@@ -153,11 +155,13 @@ def load_classifier(model_dir, num_labels: int, *, head: str = "sequence", answe
         placement: "ddp" (the model on ``device``, one copy per rank) or "split" (its layers over
         every GPU with ``max_memory_gb`` each: one process).
     """
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
     _refuse_head(head, answer_ids, num_labels)  # before any weight loads
     tokenizer = load_tokenizer(model_dir)
-    kwargs = _loading(head, num_labels, lora_r, load_in_4bit, placement, max_memory_gb, device, precision)
-    auto = AutoModelForSequenceClassification if head == "sequence" else AutoModelForCausalLM
+    pooling = pooledhead.sentence_pooling(model_dir) if head == "sequence" else None  # a sentence encoder's own
+    kwargs = _loading(head if pooling is None else "encoder", num_labels, lora_r, load_in_4bit, placement,
+                      max_memory_gb, device, precision)
+    auto = AutoModel if pooling else AutoModelForSequenceClassification if head == "sequence" else AutoModelForCausalLM
     model = auto.from_pretrained(model_dir, **kwargs)
     model.config.pad_token_id = tokenizer.pad_token_id  # the sequence head's last real token: not padding
     if gradient_checkpointing:  # non-reentrant: works under DDP and with frozen inputs
@@ -166,10 +170,13 @@ def load_classifier(model_dir, num_labels: int, *, head: str = "sequence", answe
         model = prepare_quantized(model, gradient_checkpointing)
     if lora_r:
         from peft import LoraConfig, TaskType, get_peft_model
-        task = TaskType.SEQ_CLS if head == "sequence" else TaskType.CAUSAL_LM
+        task = (TaskType.FEATURE_EXTRACTION if pooling else TaskType.SEQ_CLS if head == "sequence"
+                else TaskType.CAUSAL_LM)
         model = get_peft_model(model, LoraConfig(
             task_type=task, r=lora_r, lora_alpha=lora_alpha or 2 * lora_r,
             lora_dropout=lora_dropout, target_modules="all-linear"))
+    if pooling:  # its own pooling under a new head (fitted first on the frozen features: pooledhead.fit_head)
+        model = pooledhead.PooledClassifier(model, num_labels, pooling)
     trained_in_fp32(model)
     return (AnswerTokenClassifier(model, answer_ids or []) if head == "answer_token" else model), tokenizer
 

@@ -4,7 +4,7 @@ What a pretrained encoder knows before any fine-tuning: the attached model's las
 averaged over each text's real tokens (padding masked out), read once in the run's precision.
 A logistic regression on them, on the same folds as the fine-tuning, is the floor fine-tuning
 must clear (a sentence encoder such as all-MiniLM-L6-v2 was trained for exactly these mean-pooled
-vectors, not for the [CLS] token a sequence-classification head reads). Texts are sorted by length,
+vectors: ``tasks.pooledhead`` fine-tunes it through them, its head started as this probe). Texts are sorted by length,
 so each batch pads little; on a GPU the model loads in fp16 (nothing trains: a 7B decoder takes
 14 GB, not the 28 of fp32, and fits a T4).
 """
@@ -66,5 +66,6 @@ def verdict(metric, tuned: float, probe: float | None, lr: float) -> list[str]:
         return []
     return [f"fine-tuning scored below the model's own frozen probe (CV {metric.name} {tuned:.4f} against "
             f"{probe:.4f}): its rate (lr={lr:g}) or epochs undid the pretrained features, its new head learned "
-            "too slowly (head_lr), or the head reads a token the model never trained ([CLS] of a sentence "
-            "encoder, whose mean-pooled states are its features)"]
+            "too slowly (head_lr), or the head reads a token the model never trained (an encoder's [CLS] "
+            "through transformers' pooler; a sentence-transformers folder gets its own pooling and a head that "
+            "starts as this probe, kk.pooledhead)"]
