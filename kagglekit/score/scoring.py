@@ -4,7 +4,8 @@ submission form it needs.
 Predictions inside the kit are always the fullest form a model gives, so every metric, blend and
 stack works on the same arrays: a regression's value (``rmsle``: in log1p space, where it is
 an RMSE, ``to_space`` / ``from_space``), a binary task's probability of class 1 (N,), a
-multiclass task's probabilities (N, C). ``Metric.score`` is scikit-learn's own definition on
+multiclass task's probabilities (N, C), several labels' independent probabilities (N, L) against
+their 0/1 matrix (``score.multilabel``). ``Metric.score`` is scikit-learn's own definition on
 them; ``Metric.batch`` scores many candidate predictions at once in torch (the hill climb's
 inner loop, on the GPU where there is one) and agrees with ``score`` (tests/test_tabular.py).
 ``Metric.submission`` turns probabilities into what the competition reads: a probability, a
@@ -17,9 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from . import multilabel
+
 EPS = 1e-7  # probabilities are clipped here before a log (a negative-weight blend may leave [0, 1])
 REGRESSION = ("rmse", "rmsle", "mae", "r2")
 CLASSIFICATION = ("auc", "logloss", "accuracy", "map@3")
+MULTILABEL = ("auc", "f1")  # several labels per row
 
 
 class MetricError(ValueError):
@@ -29,7 +33,7 @@ class MetricError(ValueError):
 @dataclass(frozen=True)
 class Metric:
     name: str
-    task: str  # "regression", "binary" or "multiclass"
+    task: str  # "regression", "binary", "multiclass" or "multilabel"
     higher_is_better: bool
 
     @property
@@ -51,6 +55,10 @@ class Metric:
         (class indices, or the target in the learning space)."""
         from sklearn import metrics as m
         y, pred = np.asarray(y), np.asarray(pred, dtype=np.float64)
+        if self.task == "multilabel":  # y (N, L) of 0/1, pred (N, L) of independent probabilities
+            if self.name == "auc":
+                return multilabel.column_auc(y, pred)
+            return multilabel.samples_f1(y, pred, multilabel.best_threshold(y, pred))  # at its best threshold
         if self.task == "regression":
             if self.name == "mae":
                 return float(m.mean_absolute_error(y, pred))
@@ -78,6 +86,8 @@ class Metric:
 
     def batch(self, y: torch.Tensor, preds: torch.Tensor) -> torch.Tensor:
         """Scores of ``preds`` (B, N) or (B, N, C) against ``y`` (N,): one per candidate."""
+        if self.task == "multilabel":
+            raise MetricError(f"{self.name} of several labels per row has no batched form: score each with score()")
         if self.task == "regression":
             err = preds - y
             if self.name == "mae":
@@ -136,8 +146,16 @@ def classifies(name: str) -> bool:
     return _known(name) in CLASSIFICATION
 
 
-def get(name: str, classes: int = 0) -> Metric:
-    """The metric ``name`` for a target of ``classes`` classes (0: a regression's)."""
+def get(name: str, classes: int = 0, multilabel: bool = False) -> Metric:
+    """The metric ``name`` for a target of ``classes`` classes (0: a regression's); ``multilabel``:
+    of ``classes`` labels, several per row (``auc``: the mean of each label's; ``f1``: each row's
+    F1 of the labels above a threshold, averaged: ``score.multilabel``)."""
+    if multilabel:
+        key = name.strip().lower().replace("roc_auc", "auc")
+        if key not in MULTILABEL:
+            raise MetricError(f"metric={name!r} does not score several labels per row: use "
+                              f"{' or '.join(MULTILABEL)} (the mean of each label's ROC AUC, or samples F1)")
+        return Metric(key, "multilabel", True)
     key = _known(name)
     if key in REGRESSION:
         return Metric(key, "regression", key == "r2")

@@ -41,13 +41,14 @@ class Schema:
 
     @classmethod
     def from_sample(cls, path: Path | str, id_columns: list | None = None,
-                    ordered: bool = False) -> Schema:
+                    ordered: bool = False, floats: list | tuple = ()) -> Schema:
         """The schema of a competition's ``sample_submission.csv``: its columns, ids (the first
-        column unless named), row count and each column's kind."""
+        column unless named), row count and each column's kind. ``floats``: columns that hold
+        probabilities whatever the sample's placeholders say (RANZCR's sample holds 0 in each)."""
         import pandas as pd
         sample = pd.read_csv(path)
         ids = list(id_columns or sample.columns[:1])
-        kinds = {c: _kind(sample[c]) for c in sample.columns}
+        kinds = {c: "float" if str(c) in set(map(str, floats)) else _kind(sample[c]) for c in sample.columns}
         return cls(list(sample.columns), ids, kinds, sample[ids].copy(), ordered, len(sample))
 
 

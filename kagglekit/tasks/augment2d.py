@@ -86,16 +86,18 @@ class Augment2d:
 
 
 @torch.no_grad()
-def tta(model, images: torch.Tensor, views: tuple[str, ...] = ("plain", "hflip")) -> torch.Tensor:
+def tta(model, images: torch.Tensor, views: tuple[str, ...] = ("plain", "hflip"), multilabel: bool = False
+        ) -> torch.Tensor:
     """Test-time augmentation: the mean of the class probabilities over ``views`` of each image
     ("plain", "hflip", "vflip", "rot90": a quarter turn, "zoom": the central 90% enlarged back),
-    the model in eval mode."""
+    the model in eval mode. ``multilabel``: each label's own probability (a sigmoid per logit)."""
     known = {"plain": lambda x: x, "hflip": lambda x: x.flip(-1), "vflip": lambda x: x.flip(-2),
              "rot90": lambda x: x.rot90(1, (-2, -1)), "zoom": _zoom}
     unknown = [v for v in views if v not in known]
     if unknown or not views:
         raise ValueError(f"views={views}: each of {', '.join(known)}")
-    return torch.stack([torch.softmax(model(known[v](images)).float(), -1) for v in views]).mean(0)
+    probabilities = torch.sigmoid if multilabel else lambda logits: torch.softmax(logits, -1)
+    return torch.stack([probabilities(model(known[v](images)).float()) for v in views]).mean(0)
 
 
 def _zoom(images: torch.Tensor, keep: float = 0.9) -> torch.Tensor:
