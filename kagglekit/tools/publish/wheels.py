@@ -22,10 +22,11 @@ import time
 from pathlib import Path
 
 # The interpreter and platform of Kaggle's image, which the wheels are for (never the local one):
-# CPython 3.12 on manylinux x86_64 (Kaggle/docker-python's base; see sandbox/kaggle-image.txt).
+# CPython 3.12 on manylinux x86_64 (Kaggle/docker-python's base; see sandbox/kaggle-image.txt). pip takes
+# each --platform literally (manylinux_2_28 does not admit a 2_27 wheel): ai-edge-litert ships 2_27 only.
 KAGGLE_TARGET = ["--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
-                 "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
-                 "--platform", "any"]
+                 "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_27_x86_64",
+                 "--platform", "manylinux2014_x86_64", "--platform", "any"]
 SLUG = "kagglekit-wheels"
 TITLE = "kagglekit wheels"
 REQUIREMENTS = Path("requirements.txt")
