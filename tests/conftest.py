@@ -138,7 +138,7 @@ def pytest_sessionfinish(session, exitstatus):
               f"{[(name, f'{n / 2**20:.1f} MiB') for n, name in left[:10]]}", file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     for path in Path(tempfile.gettempdir()).iterdir():  # judged: the rest goes (pytest keeps failed tests' folders)
-        if not path.name.startswith("pytest-of-"):
+        if not path.name.startswith(("pytest-of-", "pymp-")):  # multiprocessing removes its own at exit
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
