@@ -192,6 +192,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/surface_score.py
 	$(PY) benchmarks/int8_inference.py
 	$(PY) benchmarks/cpu_half.py
+	$(PY) benchmarks/birdnet_rate.py
 	$(PY) benchmarks/text_finetune.py
 	$(PY) benchmarks/text_real.py
 	$(PY) benchmarks/text_split.py

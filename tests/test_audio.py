@@ -246,8 +246,9 @@ def test_fold_models_are_exported_only_when_another_runtime_is_faster(tmp_path, 
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_the_audio_notebook_beats_a_logistic_regression_on_the_mel_bands_and_plans_its_cpu_rerun(tmp_path):
-    """Its defaults on the built-in stand-in: the CNN against the plain reference on the same folds
-    (the mean of the folds' scores, and on the six test soundscapes), the export checked, the rerun's plan made."""
+    """Its defaults on the built-in stand-in: the CNN and BirdNET's embeddings against the plain reference on the
+    same folds (the mean of the folds' scores, and on the six test soundscapes), the export checked, the rerun's
+    plan made with BirdNET's rate in it."""
     from test_notebooks import assert_reads_as_a_report
 
     from kagglekit.tools.notebook_runner import run_notebook
@@ -258,10 +259,15 @@ def test_the_audio_notebook_beats_a_logistic_regression_on_the_mel_bands_and_pla
     # CV as the mean of the folds' scores, every candidate alike (0.951 against 0.930 on 2026-11-30): pooled, the
     # reference's folds' calibrations had cost it 0.11 and the CNN 0.06
     assert scores["cnn"] > scores["mel_logreg"] + 0.01 and scores["test_cnn"] > scores["test_mel_logreg"] + 0.01
+    # the pretrained model's features beat the plain ones too (0.9509 against 0.9296 on 2026-12-06; test 0.934, 0.824)
+    assert scores["birdnet_logreg"] > scores["mel_logreg"] + 0.01
+    assert scores["test_birdnet_logreg"] > scores["test_mel_logreg"] + 0.01
     assert metrics["export"]["largest_diff"] < 1e-4 and metrics["rerun_plan"]["fits"]
-    # a CNN is submitted; with or without its EMA is within run-to-run noise on this stand-in (folds' means 0.9512 and
-    # 0.9502 here, 0.9489 and 0.9507 in CI run 87, where the choice went the other way)
-    assert metrics["choice"]["model"] in ("cnn", "cnn_no_ema") and metrics["submission"]["rows"] == 6 * 12
+    assert "birdnet-embeddings" in [u["name"] for u in metrics["rerun_plan"]["units"]]  # the rerun embeds again
+    # the best on CV is submitted: the CNN with or without its EMA and BirdNET's head are within run-to-run noise
+    # on this stand-in (0.9486, 0.9500 and 0.9509 on 2026-12-06; in CI run 87 the EMA's choice went the other way)
+    assert metrics["choice"]["model"] == max(("cnn", "cnn_no_ema", "birdnet_logreg", "mel_logreg"), key=scores.get)
+    assert metrics["submission"]["rows"] == 6 * 12
     submission = pd.read_csv(out / "submission.csv", dtype={"row_id": str})
     assert submission.columns[0] == "row_id" and submission.columns[1:].tolist() == sorted(submission.columns[1:])
     assert submission["row_id"].str.rsplit("_", n=1).str[1].astype(int).between(5, 60).all()
