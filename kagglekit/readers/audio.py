@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import csvfile
+from . import csvfile, filecheck
 from .decoding import decode_all, each_decoded  # noqa: F401 (kk.audio.decode_all: the notebook's)
 
 SAMPLE_RATE = 32000  # BirdCLEF's, every year
@@ -50,6 +50,7 @@ class AudioCompetition:
     sample: Path
     dropped: list[str] = field(default_factory=list)  # filenames in train.csv without a file (the caller says so)
     unknown_secondary: int = 0  # secondary labels outside the submission's columns (dropped)
+    unreadable: list[str] = field(default_factory=list)  # training recordings dropped: "name (why)" (filecheck)
 
     def targets(self, secondary_weight: float = 0.5) -> np.ndarray:
         """(clips, classes) float32: 1 for the primary label, ``secondary_weight`` for the
@@ -95,6 +96,9 @@ def read_competition(folder: Path | str) -> AudioCompetition:
     exists = [(audio / name).exists() for name in table.filename]
     dropped = [name for name, ok in zip(table.filename, exists) if not ok]
     table = table[exists]
+    bad = filecheck.problems([audio / n for n in table.filename], filecheck.audio_problem)  # before any decoding
+    unreadable = [f"{table.filename.iloc[i]} ({why})" for i, why in bad.items()]
+    table = table.iloc[[i for i in range(len(table)) if i not in bad]]
     secondary, unknown_secondary = [], 0
     for text in table.get("secondary_labels", [""] * len(table)):
         names = parse_labels(text)
@@ -102,9 +106,11 @@ def read_competition(folder: Path | str) -> AudioCompetition:
         unknown_secondary += sum(n not in index for n in names)
     test = folder / "test_soundscapes"
     soundscapes = sorted(p for p in test.iterdir() if p.suffix.lower() in AUDIO) if test.is_dir() else []
+    filecheck.refuse_test_files(soundscapes, filecheck.problems(soundscapes, filecheck.audio_problem), AudioDataError,
+                                "test soundscapes")
     return AudioCompetition(folder, classes, [audio / n for n in table.filename],
                             np.array([index[p] for p in table.primary_label], np.int64), secondary, soundscapes,
-                            sample, dropped, unknown_secondary)
+                            sample, dropped, unknown_secondary, unreadable)
 
 
 def parse_labels(text: str) -> list[str]:

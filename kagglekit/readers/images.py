@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import csvfile, labelsets
+from . import csvfile, filecheck, labelsets
 from .decoding import each_decoded
 
 EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
@@ -47,6 +47,7 @@ class ImageCompetition:
     answer_column: str = "label"  # the sample's column a label, a probability or the tags go in
     multilabel: bool = False  # several labels per image: ``labels`` is (N, L) of 0/1, one column per class
     layout: str = "label"  # train.csv's: "label" (a class per row), "tags" (labels separated by spaces), "columns"
+    unreadable: list[str] = field(default_factory=list)  # training images dropped: "name (why)" (filecheck)
 
     @property
     def metric(self) -> str:
@@ -109,24 +110,38 @@ def read_competition(folder: Path | str, target_column: str = "label", id_column
         missing = [i for i, p in zip(test_ids, test_paths) if p is None][:5]
         raise ImageDataError(f"{test_dir}: no image for sample_submission.csv's ids {missing}: the submission "
                              "needs every one")
+    found = [p for p in test_paths if p is not None]
+    filecheck.refuse_test_files(found, filecheck.problems(found, filecheck.image_problem), ImageDataError,
+                                f"test images in {test_dir.name}/")
     if (folder / "train.csv").exists():
         paths, table, dropped = _from_table(folder, ids_col)
+        paths, table, unreadable = _readable(paths, table)
         columns = labelsets.label_columns(table, _answers(schema, ids_col), target_column)
         if columns or multi_label:
-            return _multilabel(folder, paths, table, columns, target_column, schema, ids_col,
-                               [p for p in test_paths if p is not None], test_ids, dropped)
+            comp = _multilabel(folder, paths, table, columns, target_column, schema, ids_col, found, test_ids, dropped)
+            comp.unreadable = unreadable
+            return comp
         names = _target(table, target_column)
     else:
         paths, names, dropped = _from_subfolders(_folder(folder, TRAIN_FOLDERS))
+        paths, names, unreadable = _readable(paths, names)
     classes = sorted(set(names), key=str)
     if len(classes) < 2:
         raise ImageDataError(f"{folder}: every training image has the class {classes[0]!r}: a classifier needs "
                              f"two or more (check target_column={target_column!r}, or the class sub-folders)")
     index = {c: k for k, c in enumerate(classes)}
     wants, answer = _wanted(schema, ids_col, classes, sample)
-    return ImageCompetition(folder, paths, np.array([index[n] for n in names]), classes,
-                            [p for p in test_paths if p is not None], test_ids, ids_col, sample, wants, dropped,
-                            answer)
+    return ImageCompetition(folder, paths, np.array([index[n] for n in names]), classes, found, test_ids, ids_col,
+                            sample, wants, dropped, answer, unreadable=unreadable)
+
+
+def _readable(paths: list[Path], rows):
+    """The training images a decoder can read, their rows (a table's, or a list's), and the others as
+    "name (why)": dropped before any is decoded (``filecheck``)."""
+    bad = filecheck.problems(paths, filecheck.image_problem)
+    keep = [i for i in range(len(paths)) if i not in bad]
+    kept = rows.iloc[keep].reset_index(drop=True) if hasattr(rows, "iloc") else [rows[i] for i in keep]
+    return [paths[i] for i in keep], kept, [f"{paths[i].name} ({why})" for i, why in bad.items()]
 
 
 def _multilabel(folder: Path, paths, table, columns: list[str], target_column: str, schema, ids_col: str,

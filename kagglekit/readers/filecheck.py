@@ -1,0 +1,74 @@
+"""Every file a competition's ids name, checked cheaply before any is decoded.
+
+One unreadable file used to end a run with its decoder's own error minutes in (a PNG cut short:
+PIL's "image file is truncated"; an HTML page saved as ``.ogg``: libsndfile's "Format not
+recognised"), while a missing file was dropped with a note. The readers now open each file's
+header (and a PNG's or JPEG's last bytes, where a file cut short shows) in threads before any
+decoding: a training file that fails is dropped and counted in a note naming the first few and
+why; a test file that fails is refused, naming it, because the submission needs every one.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+TAIL = 1024  # bytes read from a file's end: a PNG's IEND chunk, a JPEG's end-of-image marker
+
+
+def image_problem(path: Path) -> str | None:
+    """Why the image at ``path`` cannot be decoded, or None: not an image PIL knows, no pixels, or
+    a PNG or JPEG cut short (its end chunk or marker missing)."""
+    from PIL import Image, UnidentifiedImageError
+    try:
+        with Image.open(path) as image:
+            kind, size = image.format, image.size
+    except (UnidentifiedImageError, OSError, ValueError) as error:
+        return f"not an image PIL can read ({type(error).__name__})"
+    if min(size) < 1:
+        return f"an image of {size[0]} x {size[1]} pixels"
+    with open(path, "rb") as f:
+        f.seek(max(0, Path(path).stat().st_size - TAIL))
+        tail = f.read()
+    if kind == "PNG" and b"IEND" not in tail[-12:]:
+        return "cut short (a PNG without its end chunk)"
+    if kind == "JPEG" and b"\xff\xd9" not in tail:
+        return "cut short (a JPEG without its end-of-image marker)"
+    return None
+
+
+def audio_problem(path: Path) -> str | None:
+    """Why the recording at ``path`` cannot be decoded, or None: a format libsndfile does not
+    recognise (a web page saved under the file's name), or no frames."""
+    import soundfile
+    try:
+        info = soundfile.info(str(path))
+    except (RuntimeError, OSError) as error:  # soundfile's LibsndfileError is a RuntimeError
+        return f"not audio libsndfile can read ({str(error).splitlines()[0][:80]})"
+    return None if info.frames > 0 else "a recording of no frames"
+
+
+def problems(paths: list[Path], check: Callable[[Path], str | None], workers: int = 8) -> dict[int, str]:
+    """Each failing file's position in ``paths`` -> why, checked ``workers`` at a time (reads, not CPU)."""
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        found = list(pool.map(check, paths))
+    return {i: why for i, why in enumerate(found) if why}
+
+
+def listed(paths: list[Path], bad: dict[int, str], first: int = 3) -> str:
+    """``name (why), ...`` for the first few failing files."""
+    return ", ".join(f"{paths[i].name} ({why})" for i, why in list(bad.items())[:first])
+
+
+def refuse_test_files(paths: list[Path], bad: dict[int, str], error: type[Exception], what: str) -> None:
+    """Test files the submission needs, refused by name when any cannot be read."""
+    if bad:
+        raise error(f"{len(bad)} of {len(paths)} {what} cannot be read, and the submission needs every one: "
+                    f"{listed(paths, bad)}. Replace them with the competition's own files (download its data again)")
+
+
+def note(unreadable: list[str], what: str) -> list[str]:
+    """The run's note on the training files dropped as unreadable (none: no note)."""
+    if not unreadable:
+        return []
+    return [f"{len(unreadable)} {what} cannot be read and were dropped: {', '.join(unreadable[:3])}"]
