@@ -118,3 +118,21 @@ def test_multi_label_scores_are_scikit_learns_and_the_threshold_is_the_best_of_i
     assert multilabel.column_auc(y, p) == pytest.approx(roc_auc_score(y[:, [0, 1, 3, 4, 5]], p[:, [0, 1, 3, 4, 5]]))
     with pytest.raises(scoring.MetricError, match="does not score several labels per row: use auc or f1"):
         scoring.get("accuracy", 6, multilabel=True)
+
+
+def test_a_metric_whose_submission_the_sample_cannot_hold_is_refused_before_training():
+    import pandas as pd
+
+    from kagglekit.score import scoring
+    numbers, words = pd.DataFrame({"id": [1, 2], "target": [6, 3]}), pd.DataFrame({"id": [1], "target": ["Extrovert"]})
+    with pytest.raises(scoring.MetricError, match=r"metric='map@3' writes three labels separated by spaces per row, "
+                                                  r"but sample_submission.csv's 'target' holds numbers \('6'\)"):
+        scoring.get("map@3", 7).check_sample(numbers, "target")
+    with pytest.raises(scoring.MetricError, match="metric='auc' writes a probability per row, .* holds text"):
+        scoring.get("auc", 2).check_sample(words, "target")
+    with pytest.raises(scoring.MetricError, match="metric='rmse' writes a value per row"):
+        scoring.get("rmse").check_sample(words, "target")
+    scoring.get("accuracy", 2).check_sample(words, "target")  # a label: words or numbers
+    scoring.get("map@3", 7).check_sample(pd.DataFrame({"id": [1], "target": ["a b c"]}), "target")
+    scoring.get("auc", 2).check_sample(numbers, "target")
+    scoring.get("logloss", 3).check_sample(pd.DataFrame({"id": [1], "a": [0.3], "b": [0.7]}), "target")

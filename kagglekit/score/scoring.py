@@ -76,6 +76,22 @@ class Metric:
             return float(m.accuracy_score(y, proba.argmax(1)))
         return _map_at_3(y, proba)
 
+    def check_sample(self, sample, column: str) -> None:
+        """Refused before any training: a metric whose submission ``column`` of the sample (a few of its
+        rows, as read) cannot hold, naming ``metric`` (the check of submission.csv would fail at the end)."""
+        if column not in sample.columns:  # a column per class: submission.csv's own check reads their form
+            return
+        values = sample[column]
+        numeric = values.dtype.kind in "iufb"
+        writes = ("three labels separated by spaces" if self.name == "map@3" else
+                  "a probability" if self.name in ("auc", "logloss") and self.task == "binary" else
+                  "a value" if self.task == "regression" else "")
+        if writes and numeric == (self.name == "map@3"):
+            raise MetricError(f"metric={self.name!r} writes {writes} per row, but sample_submission.csv's {column!r} "
+                              f"holds {'numbers' if numeric else 'text'} ({str(values.iloc[0])!r}): set metric to the "
+                              "competition's (its Evaluation page): " + ("accuracy for labels, auc or logloss for "
+                                                                         "probabilities, rmse, mae... for values"))
+
     def cv(self, y, pred, fold_of) -> float:
         """The mean of the per-fold scores (``fold_of``: each row's fold), the CV a table reports:
         a blend fitted per fold is judged on each fold as the models are, not pooled (pooling
