@@ -192,3 +192,20 @@ def test_smoke_never_replaces_a_value_the_user_gave(tmp_path, monkeypatch, capsy
     run = kk.start(namespace, "t", smoke={"folds": 3, "rows": 600}, verbose=False)
     assert (run.config["folds"], run.config["rows"]) == (10, 600) and namespace["folds"] == 10
     assert "smoke run with your folds=10 (smoke alone: folds=3)" in capsys.readouterr().out
+
+
+def test_data_dir_given_as_its_table_is_the_table_for_a_table_reader_and_its_folder_for_the_rest(tmp_path, monkeypatch,
+                                                                                                capsys):
+    """quickstart reads a table (data_dir may name one); a pipeline that reads a competition's folder gets the
+    folder of the file named, said, instead of "does not exist"."""
+    monkeypatch.setenv("KAGGLEKIT_OUTPUT", str(tmp_path / "out"))
+    folder = tmp_path / "comp"
+    folder.mkdir()
+    (folder / "train.csv").write_text("id,target\n1,0\n")
+    (folder / "sample_submission.csv").write_text("id,target\n2,0\n")
+    run = _start(data_dir=str(folder / "train.csv"))  # checked by kk.start: a table is there
+    assert run.data_dir(table=True) == folder / "train.csv"
+    assert run.data_dir(["sample_submission.csv"]) == folder
+    assert f"is a file: reading the competition's folder {folder}" in capsys.readouterr().out
+    with pytest.raises(kk.context.DataDirError, match="lacks test.csv"):
+        run.data_dir(["test.csv"])

@@ -189,13 +189,19 @@ class Run:
             manager.bind(manager.identity_for(self.config, model))
         return manager
 
-    def data_dir(self, required: list[str] | tuple[str, ...] = ()) -> Path | None:
+    def data_dir(self, required: list[str] | tuple[str, ...] = (), table: bool = False) -> Path | None:
         """The ``data_dir`` parameter as a Path (a folder, or the ``owner/slug`` of an
-        attached Kaggle source in either input layout), None when empty; missing files raise."""
+        attached Kaggle source in either input layout), None when empty; missing files raise.
+        A file given (``.../train.csv``): itself where the pipeline reads a ``table``, else its folder, said."""
         value = self.config.get("data_dir") or ""
         if not value:
             return None
         path = env.local_or_attached(value)
+        if path.is_file() and not table:
+            print(f"data_dir={value!r} is a file: reading the competition's folder {path.parent}", flush=True)
+            path = path.parent
+        if path.is_file():
+            return path
         if not path.is_dir():
             raise DataDirError(f"data_dir={value!r} does not exist: no folder and no attached Kaggle "
                                "source (owner/slug under /kaggle/input, or data/<slug> locally after "
@@ -267,7 +273,7 @@ def start(namespace: dict, name: str, *, smoke: dict | None = None,
     run = Run(config=config, env=report, report=written, seed=seed,
               run_control=run_control, force_retrain=bool(config.get("force_retrain")),
               deadline=deadline(config, rerun), work_cap=work_cap(), rerun=rerun, place=ranks.here())
-    run.data_dir()  # fail now, before any work, if the folder is missing
+    run.data_dir(table=True)  # fail now, before any work, if the folder (or table) is missing
     if given.source:  # and every other path the run was given (model_dir, original_csv, ...)
         paths.check(given.source, config, report.where.input_roots)
     expected = os.environ.get("KAGGLEKIT_EXPECT_GPUS")  # set by the pushed notebook
