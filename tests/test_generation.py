@@ -47,6 +47,19 @@ def test_the_built_in_folder_carries_its_quirks_and_reads_back(tmp_path):
         translation.read_competition(folder, "source", "target")
 
 
+def test_rows_without_a_reference_are_dropped_and_a_target_column_empty_everywhere_is_refused(tmp_path):
+    """An empty target column trained, exited 0 and submitted 24 empty answers (issue 84)."""
+    folder = translation.write_competition(tmp_path / "gen", train=60, test=8, seed=3)
+    table = pd.read_csv(folder / "train.csv")
+    table.loc[[2, 5], "target"] = ["", None]
+    table.to_csv(folder / "train.csv", index=False)
+    data = translation.read_competition(folder, "source", "target")
+    assert data.empty_targets == 2 and len(data.train) == len(table) - 2 and (data.train["target"] != "").all()
+    table.assign(target="").to_csv(folder / "train.csv", index=False)
+    with pytest.raises(translation.GenerationDataError, match="'target' .* is empty in all 60 rows: no reference"):
+        translation.read_competition(folder, "source", "target")
+
+
 def test_the_task_is_the_words_translated_in_reverse_order():
     words = translation.lexicon()
     for source, reference in translation.sentences(50, seed=1):

@@ -119,6 +119,7 @@ class GenerationCompetition:
     target: str
     answer_column: str  # the sample submission's column for the generated text
     files: dict  # "train" / "test": where the tables were found
+    empty_targets: int = 0  # training rows without a reference answer (dropped: nothing to learn to write)
 
     fields = TextCompetition.fields  # a prompt's other fields from each row's columns of that name
 
@@ -159,5 +160,11 @@ def read_competition(folder: Path | str, source_column: str, target_column: str)
     for frame, columns in ((train, (source_column, target_column)), (test, (source_column,))):
         for column in columns:
             frame[column] = frame[column].fillna("").astype(str)
-    return GenerationCompetition(folder, train, test, sample_path, id_column, source_column, target_column, answer,
-                                 {"train": train_path, "test": test_path})
+    empty = train[target_column].str.strip() == ""
+    if empty.all():
+        raise GenerationDataError(f"train.csv's {target_column!r} (target_column) is empty in all {len(train)} rows: "
+                                  "no reference answer to learn to write. Name the column that holds the answers; "
+                                  f"its columns: {', '.join(map(str, train.columns[:12]))}")
+    return GenerationCompetition(folder, train[~empty].reset_index(drop=True), test, sample_path, id_column,
+                                 source_column, target_column, answer, {"train": train_path, "test": test_path},
+                                 int(empty.sum()))
