@@ -160,3 +160,22 @@ def test_a_csv_separated_otherwise_is_read_and_said_and_an_empty_one_is_named(tm
     (tmp_path / "header.csv").write_text("id,target\n")
     with pytest.raises(csvfile.TableFileError, match=r"header\.csv has a header \(id, target\) and no row"):
         csvfile.read(tmp_path / "header.csv")
+
+
+def test_a_forgotten_nb_or_names_joined_by_commas_are_said_before_any_kernel(tmp_path, capsys, monkeypatch):
+    from kagglekit.tools import cli, notebook_runner
+
+    def no_kernel(*args, **kwargs):
+        raise AssertionError("a kernel would start")
+    monkeypatch.setattr(notebook_runner, "run_notebook", no_kernel)
+    monkeypatch.chdir(REPO)  # notebooks/ and kernel-metadata/, as make runs it
+    out = tmp_path / "runs"
+    assert cli.main(["run", "-p", "data_dir='/my/comp'", "--output", str(out)]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said == ["error: P=data_dir='/my/comp' without NB would run every notebook with these parameters: name the "
+                    "notebook, e.g. make run NB=tabular P=..."]
+    with pytest.raises(SystemExit, match='NB takes names separated by spaces: NB="tabular quickstart"'):
+        cli.main(["run", "tabular,quickstart", "--output", str(out)])
+    assert cli.main(["run", "quickstart", "-p", "epochs=-1", "--output", str(out)]) == 2
+    assert capsys.readouterr().err.startswith("error: quickstart: ")  # the notebook named with its refusal
+    assert not out.exists()

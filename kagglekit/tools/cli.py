@@ -16,15 +16,19 @@ def cmd_run(args) -> int:
     from ..machine import ascard
     from ..run.params import ParameterError
     from .notebook_runner import parse_overrides, run_folder, run_notebook
+    name = ""
     try:
         ascard.card()  # AS=t4 on a machine without a CUDA card: one line, before any kernel
+        if args.param and not args.notebooks:  # every notebook would run with them, the first one failing
+            raise ValueError(f"P={' '.join(args.param)} without NB would run every notebook with these parameters: "
+                             "name the notebook, e.g. make run NB=tabular P=...")
         kernels = find_kernels(args.notebooks)
         params = {name: {**(kaggle_parameters(name) if args.kaggle else {}),
                          **parse_overrides(args.param)} for name, _ in kernels}
         for name, nb in kernels:  # a typo fails here, before any kernel
             run_folder(nb, params[name], args.output)
     except (ValueError, ParameterError, ascard.AsCardError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {name + ': ' if name else ''}{err}", file=sys.stderr)
         return 2
     rows = [_run_one(nb, params[name], args.output, run_notebook) for name, nb in kernels]
     if len(rows) > 1:

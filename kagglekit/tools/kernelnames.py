@@ -16,7 +16,8 @@ def notebooks(names: list[str]) -> list[Path]:
         path = NOTEBOOKS / f"{Path(name).stem}.ipynb"
         if not path.exists():
             known = ", ".join(p.stem for p in sorted(NOTEBOOKS.glob("*.ipynb")))
-            raise SystemExit(f"no notebook named {name!r} in {NOTEBOOKS}/ (known: {known})")
+            several = f'; NB takes names separated by spaces: NB="{" ".join(name.split(","))}"' if "," in name else ""
+            raise SystemExit(f"no notebook named {name!r} in {NOTEBOOKS}/ (known: {known}){several}")
         paths.append(path)
     return paths
 
