@@ -89,3 +89,18 @@ def test_a_kernel_without_folds_is_refused_with_the_fix(tmp_path):
         kk.blend.read_source(str(tmp_path / "k"))
     with pytest.raises(kk.blend.BlendError, match="kernel_sources"):
         kk.blend.read_source("someone/not-attached", roots=[tmp_path])
+
+
+def test_a_run_folder_whose_name_holds_commas_is_one_source(tmp_path, monkeypatch):
+    """make run names a run's folder by its parameters, joined by commas: copied from the CLI's output into
+    sources, it was cut at its commas (issue 84)."""
+    from kagglekit.submit import blend
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "runs" / "tabular" / "folds=3,seed=1"
+    run.mkdir(parents=True)
+    (tmp_path / "runs" / "tabular" / "folds=3").mkdir()  # a shorter folder that also exists: the longer wins
+    other = tmp_path / "runs" / "text"
+    other.mkdir()
+    assert blend.split_sources(f"{run}, {other}") == [str(run), str(other)]
+    assert blend.split_sources("runs/tabular/folds=3,seed=1,runs/text") == ["runs/tabular/folds=3,seed=1", "runs/text"]
+    assert blend.split_sources("someone/kernel-a,someone/kernel-b,") == ["someone/kernel-a", "someone/kernel-b"]

@@ -35,6 +35,18 @@ class Source:
     scale: str = "value"  # what the OOF values are: "value" (a regression's), "logit" (binary)
 
 
+def split_sources(text: str) -> list[str]:
+    """The ``sources`` parameter's references, separated by commas: a local run's folder whose name
+    holds commas itself (``folds=3,seed=1``, as ``make run`` names them) is kept whole, the longest
+    run of pieces that is an existing path winning; anything else (an owner/slug) is one piece."""
+    pieces, out, i = [p.strip() for p in text.split(",")], [], 0
+    while i < len(pieces):
+        j = next((j for j in range(len(pieces), i + 1, -1) if Path(",".join(pieces[i:j])).exists()), i + 1)
+        out.append(",".join(pieces[i:j]))
+        i = j
+    return [p for p in out if p]
+
+
 def read_source(reference: str, roots: list[Path] | None = None) -> Source:
     """The kernel output at ``reference``: a folder, or an attached ``owner/slug``."""
     import pandas as pd
