@@ -87,3 +87,13 @@ def test_an_unreadable_recording_is_dropped_and_an_unreadable_soundscape_refused
     with pytest.raises(audio.AudioDataError, match=rf"1 of 2 test soundscapes cannot be read, .*"
                                                    rf"{comp.soundscapes[1].name} \("):
         audio.read_competition(folder)
+
+
+def test_an_image_with_bytes_after_its_end_is_kept(tmp_path, digits):
+    """Some cameras append a trailer after a JPEG's end marker: the file decodes, it must not be dropped."""
+    victim = sorted((digits / "train_images").glob("*.jpg"))[0]
+    padded = tmp_path / victim.name
+    padded.write_bytes(victim.read_bytes() + b"SEFT" + bytes(4096))
+    assert filecheck.image_problem(padded) is None
+    padded.write_bytes(victim.read_bytes()[:-40])  # its scan cut short, its headers whole
+    assert filecheck.image_problem(padded) == "cut short (a JPEG without its end-of-image marker)"
