@@ -89,8 +89,8 @@ class Metric:
         if writes and numeric == (self.name == "map@3"):
             raise MetricError(f"metric={self.name!r} writes {writes} per row, but sample_submission.csv's {column!r} "
                               f"holds {'numbers' if numeric else 'text'} ({str(values.iloc[0])!r}): set metric to the "
-                              "competition's (its Evaluation page): " + ("accuracy for labels, auc or logloss for "
-                                                                         "probabilities, rmse, mae... for values"))
+                              "competition's (its Evaluation page): accuracy for labels, auc or logloss for "
+                              "probabilities, rmse, mae... for values")
 
     def cv(self, y, pred, fold_of) -> float:
         """The mean of the per-fold scores (``fold_of``: each row's fold), the CV a table reports:
