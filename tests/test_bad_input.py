@@ -176,6 +176,6 @@ def test_a_forgotten_nb_or_names_joined_by_commas_are_said_before_any_kernel(tmp
                     "notebook, e.g. make run NB=tabular P=..."]
     with pytest.raises(SystemExit, match='NB takes names separated by spaces: NB="tabular quickstart"'):
         cli.main(["run", "tabular,quickstart", "--output", str(out)])
-    assert cli.main(["run", "quickstart", "-p", "epochs=-1", "--output", str(out)]) == 2
-    assert capsys.readouterr().err.startswith("error: quickstart: ")  # the notebook named with its refusal
+    assert cli.main(["run", "tabular", "quickstart", "-p", "epochs=-1", "--output", str(out)]) == 2
+    assert capsys.readouterr().err.startswith("error: tabular: ")  # of several notebooks, the one refusing named
     assert not out.exists()

@@ -16,7 +16,7 @@ def cmd_run(args) -> int:
     from ..machine import ascard
     from ..run.params import ParameterError
     from .notebook_runner import parse_overrides, run_folder, run_notebook
-    name = ""
+    name, kernels = "", []
     try:
         ascard.card()  # AS=t4 on a machine without a CUDA card: one line, before any kernel
         if args.param and not args.notebooks:  # every notebook would run with them, the first one failing
@@ -28,7 +28,7 @@ def cmd_run(args) -> int:
         for name, nb in kernels:  # a typo fails here, before any kernel
             run_folder(nb, params[name], args.output)
     except (ValueError, ParameterError, ascard.AsCardError) as err:
-        print(f"error: {name + ': ' if name else ''}{err}", file=sys.stderr)
+        print(f"error: {name + ': ' if len(kernels) > 1 else ''}{err}", file=sys.stderr)  # which one, of several
         return 2
     rows = [_run_one(nb, params[name], args.output, run_notebook) for name, nb in kernels]
     if len(rows) > 1:
