@@ -32,7 +32,7 @@ def image_problem(path: Path) -> str | None:
         tail = f.read()
     ends = {"PNG": (b"IEND" in tail[-12:], "a PNG without its end chunk"),
             "JPEG": (b"\xff\xd9" in tail, "a JPEG without its end-of-image marker")}
-    whole, missing = ends.get(kind, (True, ""))
+    whole, missing = ends.get(kind or "", (True, ""))
     if whole or _decodes(path):  # bytes after the end (a phone's trailer) are no harm: decoded to be sure
         return None
     return f"cut short ({missing})"
