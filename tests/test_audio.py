@@ -3,6 +3,7 @@ audiosynth.py), BirdCLEF's metric, SpecAugment's masks, the EMA's weights restor
 checkpoint, the fold models' export, and the audio notebook on its defaults against a plain
 logistic regression on the same folds."""
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -279,7 +280,8 @@ def test_the_audio_notebook_beats_a_logistic_regression_on_the_mel_bands_and_pla
 @pytest.mark.e2e
 def test_on_public_data_without_soundscapes_the_notebook_trains_and_writes_the_header_alone(tmp_path):
     """Kaggle's public BirdCLEF data has an empty test_soundscapes/ (the rerun brings them): the
-    first version must still train, export and write a checked submission of no rows."""
+    first version must still train, export and write a checked submission of no rows; with the
+    soundscapes there, only their windows are embedded again."""
     from kagglekit.tools.notebook_runner import run_notebook
     folder = audiosynth.write_competition(tmp_path / "public", recordings=16, soundscapes=1, public=True)
     out = run_notebook(REPO / "notebooks" / "audio_classification.ipynb", {"data_dir": str(folder), "smoke": True},
@@ -289,3 +291,11 @@ def test_on_public_data_without_soundscapes_the_notebook_trains_and_writes_the_h
     assert len(submission) == 0 and metrics["submission"]["rows"] == 0
     assert submission.columns.tolist() == pd.read_csv(folder / "sample_submission.csv").columns.tolist()
     assert metrics["export"]["largest_diff"] < 1e-4 and "test_cnn" not in metrics["scores"]
+    # the scoring rerun brings the soundscapes: it embeds those alone, BirdNET's training windows are a hit
+    hidden = audiosynth.write_competition(tmp_path / "hidden", recordings=16, soundscapes=1)
+    shutil.copytree(hidden / "test_soundscapes", folder / "test_soundscapes", dirs_exist_ok=True)
+    again = run_notebook(REPO / "notebooks" / "audio_classification.ipynb", {"data_dir": str(folder), "smoke": True},
+                         output_root=tmp_path / "runs", progress=False)
+    chain = json.loads((again / "metrics.json").read_text())["chain"]
+    assert chain["cache:birdnet"] == "hit" and chain["cache:birdnet-test"] == "computed", chain
+    assert len(pd.read_csv(again / "submission.csv")) == 12  # one soundscape's 5-second windows
