@@ -52,15 +52,13 @@ OUTSIDE_TAXONOMY = "comrav"
 def write_competition(folder: Path | str, seed: int = 0, recordings: int = 64, soundscapes: int = 6,
                       public: bool = False) -> Path:
     """The competition in ``folder``, written whole or not at all, once (see the module)."""
-    folder = Path(folder)
-    if (folder / "sample_submission.csv").exists():
-        return folder
-    with atomic.atomic_folder(folder) as partial:
-        rng = np.random.default_rng(seed)
-        _write_taxonomy(partial)
-        _write_train(partial, rng, recordings)
-        _write_test(partial, rng, soundscapes, public)
-    return folder
+    return atomic.write_once(folder, _write_all, np.random.default_rng(seed), recordings, soundscapes, public)
+
+
+def _write_all(partial: Path, rng, recordings: int, soundscapes: int, public: bool) -> None:
+    _write_taxonomy(partial)
+    _write_train(partial, rng, recordings)
+    _write_test(partial, rng, soundscapes, public)
 
 
 def call(kind: str, band: tuple[int, int], syllable_s: float, syllables: int, rng) -> np.ndarray:

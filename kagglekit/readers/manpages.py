@@ -60,13 +60,8 @@ def pages(section: str, root: Path = MAN_ROOT) -> list[Path]:
 def write_competition(folder: Path | str, per_section: int = 150, test_share: float = 0.2, seed: int = 0,
                       sections=SECTIONS, root: Path = MAN_ROOT) -> Path:
     """The competition folder (see the module's docstring), written whole or not at all, once."""
-    folder = Path(folder)
-    if (folder / "sample_submission.csv").exists():
-        return folder
-    rows = _sample(per_section, seed, sections, root)
-    with atomic.atomic_folder(folder) as partial:
-        _write(partial, rows, test_share, seed)
-    return folder
+    return atomic.write_once(folder, lambda partial: _write(partial, _sample(per_section, seed, sections, root),
+                                                            test_share, seed))
 
 
 def _sample(per_section: int, seed: int, sections, root: Path) -> list[tuple[str, str, str]]:

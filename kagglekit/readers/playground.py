@@ -80,7 +80,4 @@ def builtin(rows: int, seed: int = 0) -> Path:
 
     from ..state import atomic
     folder = Path(tempfile.gettempdir()) / f"kagglekit-playground-s5e6-{rows}-{seed}"
-    if not (folder / "sample_submission.csv").exists():
-        with atomic.atomic_folder(folder) as partial:
-            write(partial, rows, max(1, rows // 3), seed)
-    return folder
+    return atomic.write_once(folder, write, rows, max(1, rows // 3), seed)

@@ -72,12 +72,7 @@ def write_competition(folder: Path | str, train: int = 1600, test: int = 400, se
     ``probabilities``: the sample submission has one probability column per class instead of a
     label column. ``solution.csv`` (id, label, Usage) is what Kaggle publishes once a
     competition ends: the test accuracy, for the built-in task only."""
-    folder = Path(folder)
-    if (folder / "sample_submission.csv").exists():
-        return folder
-    with atomic.atomic_folder(folder) as partial:
-        _write_competition(partial, train, test, seed, probabilities)
-    return folder
+    return atomic.write_once(folder, _write_competition, train, test, seed, probabilities)
 
 
 def _write_competition(partial: Path, train: int, test: int, seed: int, probabilities: bool) -> None:

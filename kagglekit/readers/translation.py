@@ -78,12 +78,7 @@ def vocabulary() -> list[str]:
 
 def write_competition(folder: Path | str, train: int = 2000, test: int = 300, seed: int = 0) -> Path:
     """The built-in competition (see the module's docstring), written whole or not at all, once."""
-    folder = Path(folder)
-    if (folder / "sample_submission.csv").exists():
-        return folder
-    with atomic.atomic_folder(folder) as partial:
-        _write_competition(partial, train, test, seed)
-    return folder
+    return atomic.write_once(folder, _write_competition, train, test, seed)
 
 
 def _write_competition(partial: Path, train: int, test: int, seed: int) -> None:

@@ -72,6 +72,16 @@ def atomic_folder(folder: Path | str):
             raise
 
 
+def write_once(folder: Path | str, write, *args, marker: str = "sample_submission.csv") -> Path:
+    """``folder`` filled by ``write(partial, *args)`` whole or not at all (``atomic_folder``), once: a
+    folder that holds its ``marker`` is taken as written (the stand-in competitions' idiom)."""
+    folder = Path(folder)
+    if not (folder / marker).exists():
+        with atomic_folder(folder) as partial:
+            write(partial, *args)
+    return folder
+
+
 def write_bytes(path: Path | str, data: bytes) -> None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
