@@ -2,10 +2,9 @@
 
 The two ways multi-label competitions are scored on Kaggle:
 
-- ``column_auc``: the mean over the labels of each label's ROC AUC (RANZCR CLiP, CheXpert-style
-  chest X-ray sets, Jigsaw toxic comments): a probability per label column, no threshold. A label
-  with only one value among the rows scored (a rare finding absent from a fold) has no AUC and is
-  left out of the mean, as scikit-learn cannot rank it.
+- the mean over the labels of each label's ROC AUC (RANZCR CLiP, CheXpert-style chest X-ray
+  sets, Jigsaw toxic comments): a probability per label column, no threshold; BirdCLEF's metric
+  too, so ``metrics.macro_roc_auc`` is it (a label no row shows is left out of the mean);
 - ``samples_f1``: each row's F1 between the labels predicted (probability above a threshold) and
   its true labels, averaged over the rows (Human Protein Atlas' and Planet's submissions list the
   labels; their metrics are F-scores). The threshold is one number for every label, chosen on the
@@ -20,16 +19,6 @@ import numpy as np
 from ..readers.labelsets import predicted
 
 THRESHOLDS = np.round(np.arange(0.05, 0.951, 0.05), 2)  # the grid best_threshold searches
-
-
-def column_auc(y, p) -> float:
-    """The mean of each label's ROC AUC over the labels that take both values in ``y``."""
-    from sklearn.metrics import roc_auc_score
-    y, p = np.asarray(y), np.asarray(p, dtype=np.float64)
-    both = [k for k in range(y.shape[1]) if 0 < y[:, k].sum() < len(y)]
-    if not both:
-        raise ValueError("column_auc: no label takes both values among these rows: no AUC to average")
-    return float(np.mean([roc_auc_score(y[:, k], p[:, k]) for k in both]))
 
 
 def samples_f1(y, p, threshold: float) -> float:
