@@ -15,16 +15,19 @@ import torch
 
 from ..parallel.loaders import to_device
 from ..readers.pretrained import quiet_transformers
+from .pooledhead import pool, sentence_pooling
 
 
 @torch.no_grad()
 def pooled_features(model_path, texts, collate, batch_size: int, device, autocast=None) -> np.ndarray:
     """(texts, hidden) float32: ``texts`` (a ``TokenizedTexts``) through the model in ``model_path``
-    without any head, each text's last hidden states averaged over its real tokens."""
+    without any head, each text's last hidden states averaged over its real tokens (pooled as a
+    sentence encoder's folder declares, where it does)."""
     from transformers import AutoModel
     quiet_transformers()
     half = torch.device(device).type == "cuda"
     model = AutoModel.from_pretrained(model_path, dtype=torch.float16 if half else torch.float32).to(device).eval()
+    mode = sentence_pooling(model_path) or "mean"  # a sentence encoder's own pooling: what fine-tuning reads too
     order = np.argsort(texts.lengths, kind="stable")[::-1]
     out = np.zeros((len(texts), model.config.hidden_size), np.float32)
     for start in range(0, len(order), batch_size):
@@ -32,8 +35,7 @@ def pooled_features(model_path, texts, collate, batch_size: int, device, autocas
         batch = to_device(collate([{"input_ids": texts.ids[i]} for i in idx]), device)
         with autocast or torch.autocast(device.type, enabled=False):
             hidden = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        out[idx] = ((hidden * mask).sum(1) / mask.sum(1).clamp(min=1)).float().cpu().numpy()
+        out[idx] = pool(hidden, batch["attention_mask"], mode).float().cpu().numpy()
     return out
 
 
