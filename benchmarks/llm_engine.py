@@ -23,7 +23,7 @@ import torch
 
 import kagglekit as kk
 from kagglekit.llm import hfbackend, llmengine
-from kagglekit.readers import textsets
+from kagglekit.text import textsets
 
 DECLARED = {"seed": 0, "force_retrain": False, "time_budget_s": 0.0, "precision": "auto", "data_dir": ""}
 

@@ -1,6 +1,6 @@
 """LoRA fine-tuning through the kit's fit against a plain transformers + peft loop.
 
-The same stand-in model (a BERT of a real architecture with random weights, readers.textsets),
+The same stand-in model (a BERT of a real architecture with random weights, text.textsets),
 the same length-grouped batches padded to their longest, AdamW and warm-up then linear decay:
 only the loop differs. Interleaved repeats in ABBA order; prints the tokens/s (real tokens,
 padding not counted) of each, the median of the paired ratios (goal >= 0.97), then what a

@@ -48,7 +48,7 @@ def packaged_minilm() -> str:
 
 
 def main() -> None:
-    from kagglekit.readers import manpages
+    from kagglekit.text import manpages
     from kagglekit.tools.notebook_runner import run_notebook
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--per-section", type=int, default=300)

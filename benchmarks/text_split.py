@@ -1,6 +1,6 @@
 """Scoring tokens/s of a decoder classifier on one device against its layers split over two.
 
-``placement="split"`` (``tasks.text.load_classifier``) spreads a model one T4 cannot hold over both
+``placement="split"`` (``text.classifier.load_classifier``) spreads a model one T4 cannot hold over both
 cards with accelerate's device map: the halves run one after the other (naive model parallelism,
 no pipelining), so the split buys memory, not speed; what it costs is the hooks that move each
 layer's activations to the next card, and the copy over PCIe.
@@ -8,7 +8,7 @@ layer's activations to the next card, and the copy over PCIe.
 With two CUDA GPUs this measures exactly that: ``placement="split"`` against the same model on
 one card. Elsewhere (the CPU stand-in) the same model is dispatched with accelerate's device map
 over two halves that both live on the CPU, hooks forced on: the hooks' cost without the copy.
-The stand-in is a Llama of a real architecture with random weights (``readers.textsets``), its
+The stand-in is a Llama of a real architecture with random weights (``text.textsets``), its
 tokenizer without a padding token. Interleaved repeats in ABBA order; prints tokens/s (real
 tokens, padding not counted) of each and the median of the paired ratios (split / one).
 """
@@ -22,8 +22,7 @@ from pathlib import Path
 
 import torch
 
-from kagglekit.readers import textsets
-from kagglekit.tasks import text
+from kagglekit.text import classifier as text, textsets
 
 
 def _device_map(model) -> dict:

@@ -36,7 +36,9 @@ def _imports(name: str, path: Path, modules: dict, type_only: bool = True) -> se
         for _ in range(max(node.level - 1, 0)):
             base = base.rsplit(".", 1)[0]
         target = (base + ("." + node.module if node.module else "")) if node.level else node.module or ""
-        for candidate in [target] + [f"{target}.{a.name}" for a in node.names]:
+        # ``from . import x`` imports the module x, not the package's own __init__
+        submodules = {f"{target}.{a.name}" for a in node.names} & set(modules)
+        for candidate in submodules or {target}:
             if candidate in modules and candidate != name:
                 found.add(candidate)
     return found
@@ -84,9 +86,11 @@ def test_the_runtime_never_imports_the_tooling():
     assert not {n: i for n, i in leaks.items() if i}
 
 
-# Each part and the parts it may import (its own modules aside): a strict order, bottom first.
-ORDER = ["machine", "parallel", "state", "readers", "loop", "score", "submit", "run", "search", "llm", "tasks"]
-MAY_IMPORT = {part: set(ORDER[:i]) for i, part in enumerate(ORDER)}
+# The floors: generic machinery, each importing only the floors below it (a strict order, bottom
+# first). The rooms: one per kind of data, each importing every floor and no other room.
+ORDER = ["machine", "parallel", "state", "readers", "loop", "score", "submit", "run", "search", "llm"]
+ROOMS = ["images", "volumes", "audio", "graphs", "tables", "text", "studies"]
+MAY_IMPORT = {part: set(ORDER[:i]) for i, part in enumerate(ORDER)} | {room: set(ORDER) for room in ROOMS}
 
 
 def _part(module: str) -> str | None:
@@ -98,7 +102,7 @@ def test_every_module_lives_in_a_part_with_a_docstring():
     loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
     assert not loose, f"modules outside any part: {loose}"
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and not p.name.startswith("__")}
-    assert folders == set(ORDER) | {"tools"}
+    assert folders == set(ORDER) | set(ROOMS) | {"tools"}
     for part in folders:
         doc = ast.get_docstring(ast.parse((PACKAGE / part / "__init__.py").read_text()))
         assert doc and len(doc) > 120, f"kagglekit/{part}/__init__.py: say what the part holds"
@@ -121,7 +125,8 @@ def test_each_part_imports_only_the_parts_below_it():
 # Every module-level mutable of the runtime, and why it may be one. Rank, world size, device and
 # the run are never here: they travel with the Run that launch hands to each rank.
 MUTABLES = {
-    "kagglekit/__init__.py:_PARTS": "the lazy import table, never written",
+    "kagglekit/__init__.py:_FLOORS": "the lazy import table, never written",
+    "kagglekit/__init__.py:_ROOMS": "the lazy import table, never written",
     "kagglekit/__init__.py:_SUBMODULES": "the lazy import table, never written",
     "kagglekit/__init__.py:_EXPORTS": "the lazy import table, never written",
     "kagglekit/loop/monitor.py:ADVICE": "constant advice text per verdict",
@@ -129,7 +134,7 @@ MUTABLES = {
     "kagglekit/machine/driver.py:DRIVER_LIBRARIES": "constant library names",
     "kagglekit/machine/emulate.py:MACHINES": "constant table of emulated machine shapes",
     "kagglekit/machine/ascard.py:CARDS": "constant table of imitated cards",
-    "kagglekit/tasks/text.py:NON_REENTRANT": "constant checkpointing keywords",
+    "kagglekit/text/classifier.py:NON_REENTRANT": "constant checkpointing keywords",
     "kagglekit/machine/ascard.py:_confined": "the cards this process capped, each once",
     "kagglekit/parallel/forkserver.py:PRELOAD": "constant module names the server imports",
     "kagglekit/parallel/forkserver.py:LAZY": "constant module names the server imports per library",
@@ -141,10 +146,10 @@ MUTABLES = {
     "kagglekit/loop/memory.py:_host_baseline": "this process's RSS at the last peak reset",
     "kagglekit/machine/inputs.py:_indexes": "the attached inputs walked once per process",
     "kagglekit/score/metrics.py:_warned_half": "one warning per process",
-    "kagglekit/tasks/cycles.py:_POOL_STEP": "the step the forked pool workers inherit",
+    "kagglekit/studies/cycles.py:_POOL_STEP": "the step the forked pool workers inherit",
     "kagglekit/llm/llmengine.py:_LOADED": "a worker's engine, loaded once per process",
-    "kagglekit/tasks/gbdt.py:OBJECTIVES": "constant objective names per task",
-    "kagglekit/tasks/gbdt.py:EVAL": "constant validation metric names per task",
+    "kagglekit/tables/gbdt.py:OBJECTIVES": "constant objective names per task",
+    "kagglekit/tables/gbdt.py:EVAL": "constant validation metric names per task",
     "kagglekit/machine/signals.py:_requested": "this process's stop request (a signal handler sets it)",
     "kagglekit/loop/progress.py:_quiet": "a context variable: quiet bars inside a with-block only",
     "kagglekit/machine/budget.py:_whole_or_nothing": "a context variable: set while a search trial runs",

@@ -1,4 +1,4 @@
-"""Animal-sound competitions in BirdCLEF's layout (kagglekit/readers/audio.py and its stand-in,
+"""Animal-sound competitions in BirdCLEF's layout (kagglekit/audio/folder.py and its stand-in,
 audiosynth.py), BirdCLEF's metric, SpecAugment's masks, the EMA's weights restored from a
 checkpoint, the fold models' export, and the audio notebook on its defaults against a plain
 logistic regression on the same folds."""
@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import kagglekit as kk
-from kagglekit.readers import audio, audiosynth, decoding
+from kagglekit.audio import audiosynth, folder as audio
+from kagglekit.readers import decoding
 
 sys.path.insert(0, str(Path(__file__).parent))
 REPO = Path(__file__).resolve().parents[1]

@@ -1,10 +1,11 @@
 """2-D augmentation on the batch's device, test-time augmentation, and log-mel spectrograms
-(kagglekit/tasks/augment2d.py, mel.py) against plain references."""
+(kagglekit/images/augment2d.py, mel.py) against plain references."""
 import numpy as np
 import pytest
 import torch
 
-from kagglekit.tasks import augment2d, mel
+from kagglekit.audio import mel
+from kagglekit.images import augment2d
 
 OFF = dict(hflip=0.0, degrees=0.0, zoom=(1.0, 1.0), shift=0.0, brightness=0.0, contrast=0.0)
 

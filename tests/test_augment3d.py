@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from kagglekit import segment3d
-from kagglekit.tasks.augment3d import Augment3d
+from kagglekit.volumes.augment3d import Augment3d
 
 
 def batch(n=64, edge=6):

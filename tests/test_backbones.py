@@ -1,4 +1,4 @@
-"""A timm backbone attached by `model_dir` (kagglekit/tasks/backbones.py): the folder read as timm
+"""A timm backbone attached by `model_dir` (kagglekit/images/backbones.py): the folder read as timm
 writes it, its input size and normalisation taken from its own config, its weights read without
 running code, and every folder that is not timm's refused by name before any work.
 
@@ -16,8 +16,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from kagglekit.images import backbones
 from kagglekit.readers.pretrained import ModelDirError, find_model_dir
-from kagglekit.tasks import backbones
 
 RESNET18_CONFIG = {
     "architecture": "resnet18",

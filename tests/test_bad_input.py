@@ -117,7 +117,7 @@ def test_test_csv_spelling_a_column_otherwise_is_read_under_trains_name_and_said
     """Playground data as users meet it: test.csv's ``F1`` is train.csv's ``f1``. Read as the same
     feature (a model without it scored 0.58 CV instead of 0.94) and named; a column test.csv lacks
     is named too."""
-    from kagglekit.readers import competition
+    from kagglekit.tables import competition
     rng = np.random.default_rng(0)
     train = pd.DataFrame({"id": range(200), "f1": rng.normal(size=200), "extra": 1.0,
                           "target": rng.integers(0, 2, 200)})
@@ -132,8 +132,8 @@ def test_test_csv_spelling_a_column_otherwise_is_read_under_trains_name_and_said
 
 
 def test_a_target_of_measurements_is_refused_for_a_classification_metric_and_by_quickstart(tmp_path):
-    from kagglekit.readers import competition, tables
-    from kagglekit.readers.timeseries import TableError
+    from kagglekit.tables import competition, folder as tables
+    from kagglekit.tables.timeseries import TableError
     rng = np.random.default_rng(0)
     yields = np.round(rng.normal(50, 10, 300), 2)  # a crop yield: 2 decimals
     pd.DataFrame({"id": range(300), "x": rng.normal(size=300), "yield": yields}).to_csv(tmp_path / "train.csv",

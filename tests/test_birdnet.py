@@ -8,8 +8,7 @@ as acoustic patterns; not how well they rank real species, which only BirdCLEF's
 import numpy as np
 import pytest
 
-from kagglekit.readers import audiosynth
-from kagglekit.tasks import birdnet
+from kagglekit.audio import audiosynth, birdnet
 
 
 @pytest.fixture(scope="module")

@@ -29,8 +29,7 @@ def _fit_with_run_defaults(run, steps: int = 6, epochs: int = 2) -> dict:
     model = models.MLP(8, 16, 4)
     result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),
                     kk.make_loader(ds, 32, seed=0, num_workers=0), kk.supervised(F.cross_entropy),
-                    run=run, epochs=epochs, max_steps=steps, checkpoints="m",
-                    save_every_min=None, progress=False)
+                    run=run, epochs=epochs, max_steps=steps, checkpoints="m", progress=False)
     return {"stopped": result.stopped, "steps_this_session": result.steps_this_session,
             "resumed_from": result.resumed_from, "precision": result.precision,
             "rank": kk.ranks.rank()}

@@ -44,7 +44,9 @@ def test_links_point_at_files_and_the_readme_stays_short():
     assert len((REPO / "README.md").read_text().splitlines()) < 160
 
 
-RESULTS = (REPO / "benchmarks" / "RESULTS.md").read_text()
+RESULTS_MD = REPO / "benchmarks" / "RESULTS.md"  # what holds now
+HISTORY = "\n".join(p.read_text() for p in sorted((REPO / "benchmarks" / "history").glob("*.md")))  # the diary
+RESULTS = RESULTS_MD.read_text() + "\n" + HISTORY  # where a quoted figure must be found
 FIGURE = re.compile(r"(?<![\w.\-/@])(x?\d+\.\d+%?|\d+%|\d+m\d+s)(?![\w.]*\d)")
 # Figures from outside this repository, each with its source, which the sentence quoting it names.
 OUTSIDE = {
@@ -67,8 +69,8 @@ SETTINGS = {"70%": "kagglekit/tools/publish/comparison.py", "5%": "kagglekit/too
             "1.5": "tests/test_train.py"}
 
 
-def _in_results(figure: str) -> bool:
-    return re.search(rf"(?<![\d.]){re.escape(figure)}(?![\d])", RESULTS) is not None
+def _in_results(figure: str, results: str = RESULTS) -> bool:
+    return re.search(rf"(?<![\d.]){re.escape(figure)}(?![\d])", results) is not None
 
 
 def _set_in(figure: str, path: Path) -> bool:
@@ -78,14 +80,14 @@ def _set_in(figure: str, path: Path) -> bool:
     return any(float(n) in wanted for n in re.findall(r"(?<![\w.])\d+(?:\.\d+)?", path.read_text()))
 
 
-def unsourced(text: str) -> list[str]:
-    """The figures of ``text`` that benchmarks/RESULTS.md does not hold, that are no outside
-    figure quoted beside its source, and no setting of the repository's."""
+def unsourced(text: str, results: str = RESULTS) -> list[str]:
+    """The figures of ``text`` that ``results`` (benchmarks/RESULTS.md and its diary) does not
+    hold, that are no outside figure quoted beside its source, and no setting of the repository's."""
     found, lines = [], text.splitlines()
     for i, line in enumerate(lines):
         around = " ".join(lines[max(0, i - 1):i + 2]).lower()  # a sentence wraps: the lines beside it too
         for figure in FIGURE.findall(line):
-            if _in_results(figure):
+            if _in_results(figure, results):
                 continue
             if figure in OUTSIDE and OUTSIDE[figure][0].lower() in around:
                 continue
@@ -98,6 +100,16 @@ def unsourced(text: str) -> list[str]:
 def test_every_figure_the_docs_quote_is_measured_here_or_names_its_source():
     for doc in DOCS:
         assert unsourced(doc.read_text()) == [], doc.name
+
+
+def test_results_md_is_what_holds_now_each_figure_from_the_diary():
+    """RESULTS.md is short enough to read, quotes no figure the dated diary does not hold (a figure is
+    measured once, written down with its day, then quoted), and says which cards were lent."""
+    text = RESULTS_MD.read_text()
+    assert len(text.splitlines()) <= 400
+    assert unsourced(text, HISTORY) == []
+    assert "H100" in text and "H200" in text and "no GPU was lent" not in text.lower()
+    assert "| figure | value | beside it | machine | date | command |" in text
 
 
 def test_a_figure_no_result_holds_is_caught():

@@ -43,7 +43,7 @@ def _fit(ckpt, loss_fn, precision, epochs=3):
     model = models.MLP(16, 32, 4)
     result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),
                     data.make_loader(datasets.tabular(512, features=16), 32, num_workers=0), loss_fn, epochs=epochs,
-                    checkpoints=ckpt, progress=False, save_every_min=None, speed=kk.Speed(precision=precision))
+                    checkpoints=ckpt, progress=False, speed=kk.Speed(precision=precision))
     return model, result
 
 

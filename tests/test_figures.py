@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_notebooks import assert_reads_as_a_report
 
-from kagglekit.tasks import figures
+from kagglekit.studies import figures
 from kagglekit.tools import borrow, figuretable
 from kagglekit.tools.notebook_runner import run_notebook
 

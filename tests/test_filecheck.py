@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 
 import kagglekit as kk
-from kagglekit.readers import audio, audiosynth, filecheck, images, imagesets
+from kagglekit.audio import audiosynth, folder as audio
+from kagglekit.images import folder as images, imagesets
+from kagglekit.readers import filecheck
 
 HTML = b"<!DOCTYPE html><html><head><title>Kaggle</title></head><body>Sign in</body></html>\n"
 

@@ -12,9 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from kagglekit.readers import textsets, translation
-from kagglekit.score import textscore
-from kagglekit.tasks import sft, text
+from kagglekit.text import classifier as text, sft, textscore, textsets, translation
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "text_generation.ipynb"
 

@@ -67,7 +67,7 @@ def test_on_the_real_cora_files_the_defaults_reach_the_published_accuracy_and_th
     # accuracy the notebook reports for the model that wrote it.
     from torch_geometric.datasets import Planetoid  # noqa: F401  (the labels, read independently)
 
-    from kagglekit.readers import graphsets
+    from kagglekit.graphs import graphsets
     data = graphsets.load_planetoid(CORA)
     sub = pd.read_csv(out / "submission.csv")
     assert list(sub.columns) == ["node", "predicted"] and len(sub) == 1000

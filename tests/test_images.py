@@ -1,11 +1,11 @@
-"""Image competitions (kagglekit/readers/images.py) on real public images: scikit-learn's bundled
+"""Image competitions (kagglekit/images/folder.py) on real public images: scikit-learn's bundled
 handwritten digits (1,797 8x8 scans, UCI) written as a competition folder with every quirk of the
 reader's list, read back, decoded once and scored by a plain SVC on the same split."""
 import numpy as np
 import pandas as pd
 import pytest
 
-from kagglekit.readers import images, imagesets
+from kagglekit.images import folder as images, imagesets
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +166,7 @@ def test_the_notebook_on_a_two_class_folder_submits_a_checked_probability(tmp_pa
 
 @pytest.fixture(scope="module")
 def packaged_backbone(tmp_path_factory):
-    from kagglekit.tasks import backbones
+    from kagglekit.images import backbones
     return backbones.write_packaged(tmp_path_factory.mktemp("models") / "tf_efficientnet_lite0")
 
 

@@ -196,8 +196,8 @@ def _train_then_oom(ckpt: str):
     model = _OomAbove(models.MLP(16, 32, 4), 8 if kk.ranks.rank() == 1 else None, after_calls=3)
     result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.5),
                     data.make_loader(datasets.tabular(512, features=16, seed=0), 16, num_workers=0),
-                    LOSS, epochs=10, max_steps=6, progress=False, save_every_min=0,
-                    checkpoints=kk.CheckpointManager(ckpt, search=[]))
+                    LOSS, epochs=10, max_steps=6, progress=False,
+                    checkpoints=kk.CheckpointManager(ckpt, search=[], save_every_min=0))
     return {k: v.clone() for k, v in model.inner.state_dict().items()}, result.summary()
 
 
@@ -278,15 +278,14 @@ def test_ranks_forked_after_the_notebook_ran_a_parallel_op_do_not_hang():
 
 def _resume_where_rank_one_sees_an_older_folder(ckpt: str, hide: int | None):
     kk.seed_everything(0)
-    manager = kk.CheckpointManager(ckpt, search=[])
+    manager = kk.CheckpointManager(ckpt, search=[], save_every_min=0)
     if hide is not None and kk.ranks.rank() == 1:  # it read the folder before the newest save
         candidates = manager.candidates
         manager.candidates = lambda: [f for f in candidates() if f.step != hide]
     model = models.MLP(16, 32, 4)
     result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.5),
                     data.make_loader(datasets.tabular(512, features=16, seed=0), 16, num_workers=0),
-                    LOSS, epochs=10, max_steps=12 if hide else 8, progress=False, save_every_min=0,
-                    checkpoints=manager)
+                    LOSS, epochs=10, max_steps=12 if hide else 8, progress=False, checkpoints=manager)
     return result.summary()
 
 

@@ -29,7 +29,7 @@ def _fit(folder, epochs, schedule="step", **options):
                  opt, max_lr=3e-3, epochs=epochs, steps_per_epoch=len(loader))}[schedule]()
     result = kk.fit(model, opt, loader, LOSS, epochs=epochs, scheduler=sched, progress=False,
                     checkpoints=CheckpointManager(folder, search=[], config={"lr": 3e-3, "epochs": epochs}),
-                    save_every_min=None, **options)
+                    **options)
     return result, model, opt
 
 

@@ -12,8 +12,8 @@ import torch
 
 import kagglekit as kk
 from kagglekit.llm import hfbackend, llmengine, llmexport, llmquant, llmshards, vllmcheck, voting
-from kagglekit.readers import textsets
 from kagglekit.run import turns
+from kagglekit.text import textsets
 
 DECLARED = {"seed": 0, "force_retrain": False, "time_budget_s": 0.0, "precision": "auto", "data_dir": ""}
 

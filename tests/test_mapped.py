@@ -106,7 +106,7 @@ def test_a_unit_caches_mapped_through_the_run(tmp_path, monkeypatch):
     run = kk.start(dict(declared), "mapped-unit", declared=declared, verbose=False)
     value = run.unit("decoded", code=_decoded).cached(_decoded, mapped=True)
     assert mapped.origin_of(value["train"]) is not None
-    assert run.cached("plain", _decoded, mapped=False)["train"].untyped_storage().data_ptr() not in (
+    assert run.unit("plain", code=_decoded).cached(mapped=False)["train"].untyped_storage().data_ptr() not in (
         mapped._ORIGINS)
 
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 import kagglekit as kk
-from kagglekit.readers import manpages
-from kagglekit.tasks import pooledhead
+from kagglekit.text import manpages, pooledhead
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +81,7 @@ def test_the_head_fitted_first_predicts_what_the_probe_on_standardised_features_
 
 
 def test_another_model_keeps_the_head_it_was_built_with(tmp_path):
-    from kagglekit.readers import textsets
+    from kagglekit.text import textsets
     folder = textsets.write_standin_model(tmp_path, "bert")
     model, tokenizer = kk.text.load_classifier(folder, 2)
     before = {n: p.clone() for n, p in model.named_parameters()}

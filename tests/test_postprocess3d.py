@@ -3,7 +3,7 @@ the speck filter picked where the score is best, probabilities stored as uint8 r
 import numpy as np
 import pytest
 
-from kagglekit.tasks import postprocess3d
+from kagglekit.volumes import postprocess3d
 
 
 def sheet_with_specks(n=32, seed=0):

@@ -177,7 +177,7 @@ def test_a_run_that_exported_its_model_publishes_it_where_model_dir_finds_it(tmp
     published beside the checkpoints, listed in the manifest, found as a ``model_dir`` unchanged."""
     import shutil
 
-    from kagglekit.readers import textsets
+    from kagglekit.text import textsets
     from kagglekit.tools.publish import weights
     run = finished_run(tmp_path / "run")
     model = textsets.write_standin_model(tmp_path / "models", "llama")

@@ -161,9 +161,9 @@ def _check_the_inference_kernel(bench, trained: str) -> None:
     One version: a kernel that trains nothing has no chain for versions 2 and 3 to check."""
     import pandas as pd
 
-    from kagglekit.tasks.segment3d import check_submission
     from kagglekit.tools import sandbox
     from kagglekit.tools.publish import weights
+    from kagglekit.volumes.segment3d import check_submission
     infer = f"{trained}_infer"
     with _in_repo():
         weights.assemble(trained, _last(bench.work / trained))
@@ -273,8 +273,8 @@ def _check_the_scoring_rerun(runs: Path) -> None:
     its checkpoints' bytes as the last version left them; no validation mask; its decode cache (/kaggle/temp)
     holds exactly the hidden test volumes, so no label or training image was ever decoded;
     and its submission.zip holds every hidden id (the stand-in's, not the public one)."""
-    from kagglekit.tasks.segment3d import check_submission
     from kagglekit.tools import standins
+    from kagglekit.volumes.segment3d import check_submission
     working, temp = runs / "rerun" / "working", runs / "rerun" / "temp"
     metrics = json.loads((working / "metrics.json").read_text())
     hidden = sorted(vid for vid, _, _ in standins.HIDDEN_TEST)

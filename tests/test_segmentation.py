@@ -188,7 +188,7 @@ def test_a_compressed_volume_is_decoded_once_then_cropped_from_the_cache(tmp_pat
 
     def never(*args):
         raise AssertionError("decoded again")
-    from kagglekit.readers import tiff
+    from kagglekit.volumes import tiff
     monkeypatch.setattr(tiff, "decode_pages", never)
     again = volumes.TiffVolume(path, volumes.VolumeCache(tmp_path / "cache"))  # a new process's view
     assert np.array_equal(again.crop((10, 0, 0), (10, 24, 28)), image[10:])

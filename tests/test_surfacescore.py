@@ -5,7 +5,7 @@ import torch
 from sklearn.metrics import mutual_info_score
 
 from kagglekit import segment3d, surfacescore
-from kagglekit.tasks.surfacescore import betti_counts, vesuvius_score
+from kagglekit.volumes.surfacescore import betti_counts, vesuvius_score
 
 
 def sheet(n=48, z=20, thick=2) -> np.ndarray:
@@ -103,7 +103,7 @@ def test_a_prediction_of_another_shape_is_refused_by_name():
 def test_the_fast_tolerance_ball_is_the_exact_distance(tau):
     from scipy import ndimage
 
-    from kagglekit.tasks.surfacescore import _near
+    from kagglekit.volumes.surfacescore import _near
     rng = np.random.default_rng(2)
     for shape in [(7, 9, 11), (2, 5, 5), (30, 20, 10)]:
         at = rng.random(shape) > 0.95

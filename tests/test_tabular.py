@@ -12,12 +12,12 @@ from sklearn import metrics as sk
 
 import kagglekit as kk
 from kagglekit.parallel import workers
-from kagglekit.readers import competition, playground
-from kagglekit.readers.timeseries import TableError
 from kagglekit.run import oofio, workpool
 from kagglekit.score import hillclimb, scoring, stacking
 from kagglekit.submit import oofsources, submission
 from kagglekit.submit.blend import BlendError
+from kagglekit.tables import competition, playground
+from kagglekit.tables.timeseries import TableError
 
 RNG = np.random.default_rng(0)
 
@@ -89,7 +89,7 @@ def test_a_metric_that_does_not_fit_is_refused_naming_the_choices():
 
 
 def test_the_competition_is_read_with_its_quirks_and_the_original_joins_training_only(tmp_path):
-    """Playground S5E6's layout (readers/playground.py): text categories, words as labels,
+    """Playground S5E6's layout (tables/playground.py): text categories, words as labels,
     test ids after train's; the original without an id and with "Humidity "; a gap, a free-text
     column and a train-only column, as real competitions have them."""
     folder = playground.write(tmp_path / "c", rows=300, test_rows=100)

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import kagglekit as kk
-from kagglekit.readers import pretrained, textsets
+from kagglekit.readers import pretrained
+from kagglekit.text import textsets
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -98,7 +99,7 @@ PROMPT = "story : {text} . does it end well ? answer :"
 def _decoder(models, arch, head, **options):
     from transformers import AutoTokenizer
 
-    from kagglekit.tasks import answerhead
+    from kagglekit.text import answerhead
     assert AutoTokenizer.from_pretrained(models[arch]).pad_token is None  # as Llama 3 and Qwen base ship
     tokenizer = kk.text.load_tokenizer(models[arch])
     ids = answerhead.answer_token_ids(tokenizer, textsets.LABELS, "no,yes") if head == "answer_token" else None
@@ -168,7 +169,7 @@ def test_an_int8_copy_of_either_head_predicts_what_fp32_predicts(models, head):
 
 
 def test_answer_tokens_that_cannot_tell_the_classes_apart_are_refused_by_name(models):
-    from kagglekit.tasks.answerhead import AnswerTokenError, answer_token_ids
+    from kagglekit.text.answerhead import AnswerTokenError, answer_token_ids
     tokenizer = kk.text.load_tokenizer(models["llama"])
     assert len(set(answer_token_ids(tokenizer, ["a", "b"], "no,yes"))) == 2
     with pytest.raises(AnswerTokenError, match="'yes' and 'yes' begin with the same token"):
@@ -401,7 +402,7 @@ def test_on_real_man_pages_a_model_without_pretraining_loses_to_tfidf_and_the_ba
     what it submitted is TF-IDF's."""
     import pandas as pd
 
-    from kagglekit.readers import manpages
+    from kagglekit.text import manpages
     try:
         folder = manpages.write_competition(tmp_path / "man", per_section=60)
     except manpages.ManPagesError as err:

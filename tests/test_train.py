@@ -107,7 +107,7 @@ def _fit_until(budget, ckpt: CheckpointManager, clock):
         clock.sleep(0.03)
         return LOSS(m, batch)
     result = kk.fit(model, opt, data.make_loader(ds, 8, num_workers=0), slow_loss, run=kk.Alone(time_budget=budget),
-                    epochs=50, checkpoints=ckpt, save_every_min=None, progress=False)
+                    epochs=50, checkpoints=ckpt, progress=False)
     return ds, model, opt, result
 
 

@@ -18,7 +18,7 @@ def _fit(model_dir, nan_at: int | None, head: str = "sequence"):
     import torch
 
     import kagglekit as kk
-    from kagglekit.readers import textsets
+    from kagglekit.text import textsets
     torch.manual_seed(0)
     answers = kk.answerhead.answer_token_ids(kk.text.load_tokenizer(model_dir), [0, 1], "no,yes")
     model, tokenizer = kk.text.load_classifier(model_dir, 2, head=head, answer_ids=answers, lora_r=8, device=card(),
@@ -42,7 +42,7 @@ def _fit(model_dir, nan_at: int | None, head: str = "sequence"):
 def check():
     import torch  # noqa: F401
 
-    from kagglekit.readers import textsets
+    from kagglekit.text import textsets
     facts, ok = {}, True
     with tempfile.TemporaryDirectory(prefix="gpu-check-lora-") as root:
         model_dir = textsets.write_standin_model(root, "llama")

@@ -1,4 +1,4 @@
-"""A timm backbone by `model_dir` (kagglekit/tasks/backbones.py), where timm imports: the lent
+"""A timm backbone by `model_dir` (kagglekit/images/backbones.py), where timm imports: the lent
 machine's image has timm and torchvision at its CUDA torch's version, which these machines cannot
 install beside the pinned CPU torch. A resnet18 of random weights saved by timm's own
 ``save_for_hf`` (as the timm models on Kaggle Models are), read back by the kit: the same outputs
@@ -33,7 +33,7 @@ def check():
     import timm
     import torch
 
-    from kagglekit.tasks import backbones
+    from kagglekit.images import backbones
     with tempfile.TemporaryDirectory(prefix="gpu-check-timm-") as root:
         folder, saved = _saved(Path(root))
         found = backbones.read(folder)

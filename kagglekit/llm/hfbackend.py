@@ -54,7 +54,7 @@ def _batch(loaded: Loaded, prompts: list[str]) -> dict:
 @torch.inference_mode()
 def answer_probs(loaded: Loaded, prompts: list[str], token_ids: list[int], batch_size: int = 16) -> np.ndarray:
     """Per prompt, the next token's probabilities over ``token_ids`` alone (softmax over their
-    logits: the answer-token head's output, ``tasks.answerhead``), as float64 (rows, answers)."""
+    logits: the answer-token head's output, ``text.answerhead``), as float64 (rows, answers)."""
     out = []
     rows = torch.as_tensor(token_ids, device=loaded.device)
     for start in range(0, len(prompts), batch_size):

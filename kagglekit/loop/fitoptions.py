@@ -103,13 +103,14 @@ class Durability:
     save_frozen: bool = True  # False: checkpoints without the frozen parameters
 
     @classmethod
-    def of(cls, checkpoints, save_every_min: float | None, run: RunOfAFit) -> Durability:
+    def of(cls, checkpoints, run: RunOfAFit) -> Durability:
         """What the run decides (resume, the deadline) and the checkpoints carry (the config,
         what they hold), for one fit."""
         if isinstance(checkpoints, str):
             checkpoints = run.checkpoints(checkpoints)
         own = getattr(checkpoints, "config", None)
-        return cls(checkpoints, save_every_min, run.resume, Budget.resolve(run.budget()),
+        every = getattr(checkpoints, "save_every_min", 20.0)  # when to save is the checkpoints' (a fit's, a run's)
+        return cls(checkpoints, every, run.resume, Budget.resolve(run.budget()),
                    own if own is not None else run.config, getattr(checkpoints, "save_frozen", True))
 
     @property

@@ -44,10 +44,9 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
         *, run: fitoptions.RunOfAFit | None = None, epochs: int = 1, val_loader=None, evaluate: Callable | None = None,
         scheduler=None, scheduler_interval: str = "step", speed: Speed | None = None,
         accumulate: int = 1, clip_grad_norm: float | None = None, checkpoints=None,
-        save_every_min: float | None = 20.0, early_stopping: EarlyStopping | None = None,
-        on_step_end: Callable | None = None, on_epoch_end: Callable | None = None,
-        max_steps: int | None = None, limit_batches: int | None = None, progress: bool = True,
-        monitor: bool | Monitor = True, ema: Ema | None = None) -> FitResult:
+        early_stopping: EarlyStopping | None = None, on_step_end: Callable | None = None,
+        on_epoch_end: Callable | None = None, max_steps: int | None = None, limit_batches: int | None = None,
+        progress: bool = True, monitor: bool | Monitor = True, ema: Ema | None = None) -> FitResult:
     """Train ``model`` and return its history; resumable at any optimizer step.
 
     What to train:
@@ -75,9 +74,9 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
         checkpoints: a unit's (``unit.checkpoints()``: the fit raises ``kk.Unfinished`` when
             the session's deadline cuts it short, after saving), a CheckpointManager, a name
             (the run's ``checkpoints/<name>``), or None. They carry the config and what a
-            checkpoint holds (``save_frozen``).
-        save_every_min: minutes between mid-epoch saves (0: at every decision; None: epoch
-            ends only).
+            checkpoint holds (``save_frozen``) and how often a fit saves between epochs
+            (``save_every_min``: 0 at every decision, None at epoch ends only; a run's and a
+            unit's take the notebook's parameter ``save_every_min``, else 20 minutes).
     Watch:
         early_stopping: an ``EarlyStopping``.
         on_step_end / on_epoch_end: ``hook(state: LoopState)``; may call
@@ -98,7 +97,7 @@ def fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, train_loader, 
     validation.refuse_empty(train_loader)
     device = run.place.device
     ascard.confine(device)  # KAGGLEKIT_AS=t4: the T4's memory, no TF32 (nothing otherwise)
-    durability = fitoptions.Durability.of(checkpoints, save_every_min, run)
+    durability = fitoptions.Durability.of(checkpoints, run)
     watch = Watch(early_stopping, on_step_end, on_epoch_end, max_steps, limit_batches, progress,
                   fitoptions.monitor_of(monitor))
     steps = Steps(epochs, scheduler, scheduler_interval, accumulate, clip_grad_norm, ema)

@@ -150,14 +150,6 @@ class Run:
         from .unit import Unit
         return Unit.of(self, name, config, data, code, leave_out)
 
-    def cached(self, name: str, fn, *, code=None, data=None, config: dict | None = None,
-               leave_out: dict | None = None, mapped: bool = False):
-        """``fn()``'s result, from the cache when it is there: the unit ``name`` (``run.unit``;
-        its code ``fn`` unless ``code`` says otherwise) ``.cached(fn, mapped=mapped)``; hits,
-        misses and time saved go to metrics.json."""
-        return self.unit(name, code=fn if code is None else code, data=data, config=config,
-                         leave_out=leave_out).cached(fn, mapped=mapped)
-
     def sub(self, folder: str) -> Run:
         """A run of its own in ``<output>/<folder>`` (its cache, checkpoints, folds and
         metrics.json), with this run's config, deadline, session and chain (what each unit
@@ -184,6 +176,7 @@ class Run:
         already: ``finished()``, ``restore_best(model)`` read that training's own folder, as
         the fit with the same config, model and ``data=`` writes it."""
         kwargs.setdefault("run_control", self.run_control)
+        kwargs.setdefault("save_every_min", self.config.get("save_every_min", 20.0))  # the notebook's parameter
         manager = CheckpointManager(self.output_dir / "checkpoints" / name, config=config, **kwargs)
         if model is not None:
             manager.bind(manager.identity_for(self.config, model))

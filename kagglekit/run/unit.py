@@ -39,7 +39,8 @@ import inspect
 import json
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any, Protocol
 
 from ..machine.budget import Unfinished
 from ..state import keys
@@ -47,15 +48,28 @@ from ..state.checkpoint import CheckpointManager
 from ..state.identity import Identity
 from ..state.reads import Reads, made_at, trace
 
-if TYPE_CHECKING:  # the run a unit belongs to (context imports this module)
-    from .context import Run
+
+class RunOfAUnit(Protocol):
+    """What a unit reads of the run it belongs to (``kk.start``'s Run is one): named here, so
+    this module never imports the context that makes units (no circle, not even for the type checker)."""
+    config: dict
+    run_control: frozenset
+    output_dir: Path
+    chain: dict
+    metrics: dict
+    cache: Any  # Run's cache and precision are properties: read, never set
+    precision: Any
+
+    def budget(self) -> Any: ...
+
+    def log(self, **metrics) -> None: ...
 
 ESTIMATE_MARGIN = 1.2  # a unit is started only when the time left holds 1.2 of its estimate
 
 
 @dataclass(frozen=True)
 class Unit:
-    run: Run  # the run context (kk.start's)
+    run: RunOfAUnit  # the run context (kk.start's)
     name: str
     config: dict  # as given, run control included (kept in sidecars and the cache's meta)
     fingerprint: str  # the data's ("" without data)
@@ -145,13 +159,15 @@ class Unit:
         known yet, so yes)?"""
         return seconds is None or self.run.budget().allows(ESTIMATE_MARGIN * seconds)
 
-    def cached(self, fn, *, mapped: bool = False):
-        """``fn()``'s result, stored under this unit's key; a stored one is returned without
-        running ``fn`` (its finished checkpoints carried into this output). ``fn`` raising
+    def cached(self, fn=None, *, mapped: bool = False):
+        """``fn()``'s result (``fn``: the unit's own ``code`` when it is one callable), stored
+        under this unit's key; a stored one is returned without running ``fn`` (its finished
+        checkpoints carried into this output). ``fn`` raising
         ``Unfinished`` stores nothing: the next version resumes it. ``fn`` reading a parameter
         the key does not hold is refused first (``check``). ``mapped``: its tensors memory-mapped
         from the stored file, hit or miss alike: for data larger than a copy per rank (decoded
         images), as a launch sends the file to the ranks, not the bytes (``parallel.mapped``)."""
+        fn = self._callable(fn)
         self.check(fn)
         run, cache = self.run, self.run.cache
         value = cache.compute(self.name, self.key, fn, config=self.config, shaping=self.shaping, mapped=mapped)
@@ -161,6 +177,11 @@ class Unit:
         run.chain[f"cache:{self.name}"] = "hit" if hit else "computed"
         run.log(cache=cache.stats(), chain=run.chain)
         return value
+
+    def _callable(self, fn):
+        if fn is None and not callable(self.code):  # code= a list: which one computes the result?
+            raise TypeError(f"unit {self.name!r}: cached() needs its function when code= is not one: {self.code!r}")
+        return self.code if fn is None else fn
 
     def attempt(self, fn):
         """``cached(fn)`` at a notebook's top: None when the session's time cut it short (said,
@@ -174,14 +195,16 @@ class Unit:
             return None
 
     def checkpoints(self, *, monitor: str | None = None, mode: str = "min", keep_last: int = 2,
-                    save_frozen: bool = True, model=None) -> CheckpointManager:
+                    save_frozen: bool = True, model=None, save_every_min: float | None = None) -> CheckpointManager:
         """Its fits' checkpoints: ``checkpoints/<name>/<key>``, also found in the inputs. A fit
         given them raises ``Unfinished`` when the session's deadline cuts it short. ``model``:
-        bound to that model already (``finished()``, ``restore_best(model)`` outside a fit)."""
+        bound to that model already (``finished()``, ``restore_best(model)`` outside a fit).
+        ``save_every_min``: the fit's mid-epoch saves; default the notebook's parameter, else 20."""
+        every = self.run.config.get("save_every_min", 20.0) if save_every_min is None else save_every_min
         manager = CheckpointManager(self.run.output_dir / "checkpoints" / self.name, monitor=monitor,
                                     mode=mode, keep_last=keep_last, run_control=self.run.run_control,
                                     config=self.config, unit=self.key, fingerprint=self.fingerprint,
-                                    save_frozen=save_frozen)
+                                    save_frozen=save_frozen, save_every_min=every)
         bare = Identity(keys.without(self.config, self.run.run_control), self.fingerprint, unit=self.key)
         return manager.bind(manager.identity_for(None, model) if model is not None else bare)
 

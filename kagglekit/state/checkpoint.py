@@ -73,7 +73,7 @@ class CheckpointManager:
     def __init__(self, directory: Path | str, *, search: list[Path] | None = None,
                  keep_last: int = 2, monitor: str | None = None, mode: str = "min", data=None,
                  run_control=DEFAULT_RUN_CONTROL, config: dict | None = None, unit: str = "",
-                 fingerprint: str = "", save_frozen: bool = True):
+                 fingerprint: str = "", save_frozen: bool = True, save_every_min: float | None = 20.0):
         if mode not in ("min", "max"):
             raise ValueError(f"mode={mode!r} must be 'min' or 'max'")
         self.root = Path(directory)
@@ -83,6 +83,7 @@ class CheckpointManager:
         self.data = data
         self.run_control = frozenset(run_control)
         self.config, self.unit, self.fingerprint = config, unit, fingerprint
+        self.save_every_min = save_every_min  # a fit's mid-epoch saves (0: at every decision; None: epoch ends)
         self.save_frozen = save_frozen
         self.identity: Identity | None = None
         self._space_checked = False

@@ -1,4 +1,4 @@
-"""``make results NB=gpu_figures``: a measured figures table into benchmarks/RESULTS.md, with its provenance.
+"""``make results NB=gpu_figures``: a measured figures table into benchmarks/history/gpu-figures.md, with its provenance.
 
 Reads what ``make output`` fetched (``runs/kaggle/<slug>/v<N>/metrics.json`` and ``kaggle.json``)
 or a local run's folder (``make gpu-check``), and appends each version's judged figures as one
@@ -14,7 +14,7 @@ from pathlib import Path
 from ..state import atomic
 from .runfolders import fetched_versions
 
-RESULTS = Path("benchmarks/RESULTS.md")
+RESULTS = Path("benchmarks/history/gpu-figures.md")  # the diary: RESULTS.md quotes what holds
 
 
 class FiguresError(ValueError):

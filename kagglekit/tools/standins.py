@@ -44,7 +44,7 @@ def vesuvius(folder: Path, hidden: bool = False, shrink: int = 1) -> Path:
 
     ``shrink``: every edge divided by it (the tests' small copy of the same layout).
     """
-    from ..readers.volumes import synthetic_chunk, write_layout, write_volume
+    from ..volumes.folder import synthetic_chunk, write_layout, write_volume
     train = {vid: synthetic_chunk(edge // shrink, i) for i, (vid, _, edge) in enumerate(TRAIN)}
     tests = HIDDEN_TEST if hidden else PUBLIC_TEST
     test = {vid: synthetic_chunk(edge // shrink, 100 + i)[0] for i, (vid, _, edge) in enumerate(tests)}
@@ -214,11 +214,11 @@ def community_rules(folder: Path, hidden: bool = False, rows: int = 480, test: i
     - ``sample_submission.csv``: ``row_id,rule_violation`` with fractional values: the metric
       is a column-averaged AUC, so the submission holds probabilities, not labels.
 
-    The comments are the built-in texts (``readers.textsets``), whose label is word order.
+    The comments are the built-in texts (``text.textsets``), whose label is word order.
     """
     import pandas as pd
 
-    from ..readers.textsets import texts
+    from ..text.textsets import texts
     # the rerun's train.csv is the public one; only the test rows differ (twice as many)
     made = texts(rows, seed=3) + (texts(2 * test, seed=7) if hidden else texts(test, seed=5))
     test = len(made) - rows
@@ -242,8 +242,8 @@ def community_rules(folder: Path, hidden: bool = False, rows: int = 480, test: i
 
 
 def playground_s5e6(folder: Path, hidden: bool = False) -> Path:
-    """Playground S5E6's layout (readers/playground.py lists the real quirks it keeps)."""
-    from ..readers import playground
+    """Playground S5E6's layout (tables/playground.py lists the real quirks it keeps)."""
+    from ..tables import playground
     return playground.write(folder, rows=1200, test_rows=400, hidden=hidden)
 
 
@@ -260,7 +260,7 @@ def mounts(meta: dict, work: Path, data: Path | None = None, hidden: bool = Fals
     model sources mounted as Kaggle mounts them: the competitor's own copy (``data``) for the
     first, else the stand-in of its layout; a Kaggle Model (``owner/model/framework/variation/N``):
     timm's (owner ``timm``) as the packaged ImageNet weights (``backbones.write_packaged``), else a
-    small model of a real architecture with random weights (``readers.textsets``)."""
+    small model of a real architecture with random weights (``text.textsets``)."""
     sources = {}
     for competition in meta.get("competition_sources", []):
         target = f"competitions/{competition}"
@@ -279,8 +279,8 @@ def mounts(meta: dict, work: Path, data: Path | None = None, hidden: bool = Fals
     if meta.get("weights_from"):
         sources.update(_published(meta["weights_from"], owner, meta.get("weights_via", "dataset")))
     for handle in meta.get("model_sources", []):
-        from ..readers.textsets import write_standin_model
-        from ..tasks.backbones import write_packaged
+        from ..images.backbones import write_packaged
+        from ..text.textsets import write_standin_model
         arch = "llama" if any(k in handle.lower() for k in ("llama", "qwen", "gemma", "mistral")) else "bert"
         sources[f"models/{handle}"] = (write_packaged(work / "models" / "timm-packaged") if handle.startswith("timm/")
                                        else write_standin_model(work / "models", arch), False)

@@ -29,7 +29,7 @@ def main(slow: float) -> None:
         loader = kk.make_loader(train, 32, seed=0, num_workers=0)
         # the fold unit's checkpoints: cut short by the session's time, the fit raises kk.Unfinished
         kk.fit(model, torch.optim.AdamW(model.parameters(), 1e-2), loader, loss, run=run, epochs=3,
-               checkpoints=fold.unit.checkpoints(), save_every_min=0.0, progress=False)
+               checkpoints=fold.unit.checkpoints(save_every_min=0.0), progress=False)
         model.eval()
         with torch.no_grad():
             return kk.folds.Predictions(oof={"mlp": torch.softmax(model(x[fold.val]), 1)[:, 1].numpy()},

@@ -21,7 +21,7 @@ def train(ckpt: str, sleep: float) -> dict:
 
     result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.1),
                     data.make_loader(datasets.tabular(2048, features=16), 16, num_workers=0),
-                    kk.supervised(F.cross_entropy), epochs=2, progress=False, save_every_min=None,
+                    kk.supervised(F.cross_entropy), epochs=2, progress=False,
                     checkpoints=kk.CheckpointManager(ckpt, search=[]), on_step_end=announce)
     return {"resumed_from": result.resumed_from, "steps": result.steps,
             "this_session": result.steps_this_session}

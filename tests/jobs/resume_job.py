@@ -43,8 +43,8 @@ def main() -> None:
                     kk.supervised(torch.nn.functional.cross_entropy), run=kk.Alone(device=args.device),
                     epochs=args.epochs, val_loader=data.make_loader(val_set, 64, train=False, num_workers=0),
                     scheduler=scheduler, accumulate=2, clip_grad_norm=1.0,
-                    checkpoints=kk.CheckpointManager(args.ckpt, keep_last=3),
-                    save_every_min=None if args.save_every == "none" else float(args.save_every),
+                    checkpoints=kk.CheckpointManager(args.ckpt, keep_last=3, save_every_min=None
+                                                     if args.save_every == "none" else float(args.save_every)),
                     on_step_end=announce, progress=False, ema=ema)
     torch.save({"model": {k: v.cpu() for k, v in model.state_dict().items()}, "history": result.history,
                 "resumed_from": result.resumed_from, "stopped": result.stopped,

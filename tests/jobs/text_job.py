@@ -32,7 +32,7 @@ def main(models: str, epochs: int, slow: float, out: str) -> None:
         return m(**batch).loss
     config = {"base_model": kk.pretrained.base_identity(folder), "lora_r": 4}
     result = kk.fit(model, optimizer, loader, loss_fn, run=run, epochs=epochs,
-                    checkpoints=run.checkpoints("lora", config=config, save_frozen=False), save_every_min=0.0,
+                    checkpoints=run.checkpoints("lora", config=config, save_frozen=False, save_every_min=0.0),
                     progress=False)
     trained = {k: v for k, v in model.state_dict().items() if "lora_" in k or "classifier" in k}
     torch.save({"state": trained, "steps": result.steps, "this_session": result.steps_this_session,

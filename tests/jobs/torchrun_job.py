@@ -29,8 +29,8 @@ def train(ckpt: str, out: str, steps: int, per_gpu_batch: int, sleep: float) -> 
 
     result = kk.fit(model, torch.optim.SGD(model.parameters(), lr=0.5),
                     data.make_loader(ds, per_gpu_batch, num_workers=0), kk.supervised(F.cross_entropy),
-                    epochs=100, max_steps=steps, progress=False, save_every_min=0,
-                    checkpoints=kk.CheckpointManager(ckpt, search=[]), on_step_end=announce)
+                    epochs=100, max_steps=steps, progress=False,
+                    checkpoints=kk.CheckpointManager(ckpt, search=[], save_every_min=0), on_step_end=announce)
     if kk.ranks.is_main():
         torch.save({"model": model.state_dict(), "world": result.world_size,
                     "resumed_from": result.resumed_from}, out)

@@ -207,7 +207,7 @@ def _criteria(meta: dict, notebook: Path) -> dict:
     from ..notebook_runner import declared_parameters
     if "criteria" not in meta or "criteria" not in declared_parameters(notebook):
         return {}
-    from ...tasks.figures import TARGETS
+    from ...studies.figures import TARGETS
     return {"criteria": json.dumps({k: v for k, v in meta["criteria"].items() if k in dict(TARGETS)})}
 
 

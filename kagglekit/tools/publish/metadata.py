@@ -127,7 +127,7 @@ def _check_criteria(criteria, problems: list) -> None:
         return
     known = list(CRITERIA)
     if set(criteria) - set(known):
-        from ...tasks.figures import TARGETS  # torch: only for a kernel that sets figure targets
+        from ...studies.figures import TARGETS  # torch: only for a kernel that sets figure targets
         known += [name for name, _ in TARGETS]
     for key in sorted(set(criteria) - set(known)):
         problems.append(("criteria", f"{key!r} is not a criterion; known: {', '.join(known)}"))

@@ -131,7 +131,7 @@ def add(sub) -> None:
                              ("score", cmd_score, "a competition kernel's submissions and their scores"),
                              ("compare", cmd_compare, "a local run against the Kaggle run of the same configuration"),
                              ("drift", cmd_drift, "the packages the Kaggle run had against the sandbox's pins"),
-                             ("results", cmd_results, "fetched gpu_figures tables into benchmarks/RESULTS.md"),
+                             ("results", cmd_results, "fetched gpu_figures tables into benchmarks/history/gpu-figures.md"),
                              ("publish", cmd_publish, "a finished run's weights as a dataset or a Kaggle Model, "
                                                       "for inference kernels")):
         p = sub.add_parser(name, help=text)
@@ -168,7 +168,7 @@ def _options(p, name: str) -> None:
         p.add_argument("--to", choices=("dataset", "model"), default="dataset",
                        help="a private dataset <slug>-weights (default) or a Kaggle Model variation (TO=model)")
     if name == "results":
-        p.add_argument("--results", default="benchmarks/RESULTS.md", help="the file the tables go to")
+        p.add_argument("--results", default="benchmarks/history/gpu-figures.md", help="the file the tables go to")
     if name in ("compare", "drift"):
         p.add_argument("--runs", default="runs")
     if name == "drift":

@@ -98,7 +98,7 @@ def _check(file: Path, recorded: dict, competition: str) -> None:
     """A zip of masks against the test ids; a CSV against the sample (``make data``'s copy) or the
     recorded format. Raises the checker's error."""
     if file.suffix == ".zip":
-        from ...tasks.segment3d import check_submission
+        from ...volumes.segment3d import check_submission
         ids = recorded.get("test_ids")
         if not ids:
             raise ValueError("its metrics.json does not record the test ids the zip must hold")

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..readers import csvfile
 from ..state import atomic
-from . import csvfile
 from .textsets import TextCompetition, table
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """Image competitions written from real images shipped in packages, in Kaggle's layouts, with the
-quirks real ones have (see ``readers.images``): the built-in task of the image notebook and the
+quirks real ones have (see ``images.folder``): the built-in task of the image notebook and the
 suite's test folders.
 
 - ``write_competition``: one class per image: scikit-learn's 1,797 handwritten digits (or

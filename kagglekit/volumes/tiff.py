@@ -95,8 +95,8 @@ def decode_pages(path: Path, pages, compression: str) -> np.ndarray:
     return np.stack(out)
 
 
-def write_volume(path: Path | str, volume: np.ndarray, compress: str | None = None) -> Path:
-    """A 3-D array as a TIFF of z pages, atomically. ``compress``: None, "zlib" (tifffile),
+def write_volume(path: Path | str, volume: np.ndarray, compress: str | bool | None = None) -> Path:
+    """A 3-D array as a TIFF of z pages, atomically. ``compress``: None, "zlib" or True (tifffile),
     or "lzw" (written by Pillow, as the competition's files are LZW-compressed)."""
     import tifffile
 

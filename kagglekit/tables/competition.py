@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import csvfile
+from ..readers import csvfile
 from .timeseries import TableError
 
 if TYPE_CHECKING:  # pandas is imported where a table is read (import time)

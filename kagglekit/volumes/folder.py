@@ -172,7 +172,7 @@ def write_layout(folder: Path | str, train: dict, test: dict, compress=None,
 def synthetic_chunk(edge: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """A noisy uint8 cube holding thin curved sheets (``datasets.volumes``) and its labels
     (0 / 1, an unlabelled slab of 2 on top)."""
-    from .datasets import volumes
+    from ..readers.datasets import volumes
     image, label = volumes(1, edge, seed=seed)
     labels = label[0, 0].numpy()
     labels[: edge // 8] = IGNORE

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import csvfile, filecheck, labelsets
-from .decoding import each_decoded
+from ..readers import csvfile, filecheck, labelsets
+from ..readers.decoding import each_decoded
 
 EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 TRAIN_FOLDERS, TEST_FOLDERS = ("train_images", "train", "images"), ("test_images", "test")

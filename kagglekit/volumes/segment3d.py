@@ -14,9 +14,9 @@ import torch
 from torch.utils.data import Dataset
 
 from ..parallel.loaders import to_device
-from ..readers.volumes import IGNORE
 from ..score.evaluate import all_sum
 from ..state import atomic
+from .folder import IGNORE
 from .surfacescore import vesuvius_score
 
 

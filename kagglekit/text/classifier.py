@@ -8,8 +8,8 @@ repeats, on top of transformers, peft and tokenizers (imported here only):
   cores); ``kk.make_loader(..., lengths=texts.lengths)`` groups texts of similar length;
 - ``load_classifier``: the attached model with a classification head (``head="sequence"``: a
   new linear head on the last real token, [CLS] for an encoder, a sentence encoder's own pooling:
-  ``tasks.pooledhead``) or its own answer tokens
-  (``head="answer_token"``: ``tasks.answerhead``), LoRA adapters (peft), the frozen base in
+  ``text.pooledhead``) or its own answer tokens
+  (``head="answer_token"``: ``text.answerhead``), LoRA adapters (peft), the frozen base in
   fp16 beside an fp32 head and adapters, the model's own gradient checkpointing, 4-bit weights
   (bitsandbytes, GPU only) or its layers split over the GPUs (``device_map``, ``max_memory``);
 - ``predict_proba``: texts sorted by length, batched, in the run's precision, shared by
@@ -146,9 +146,9 @@ def load_classifier(model_dir, num_labels: int, *, head: str = "sequence", answe
     """``(model, tokenizer)``: the attached model as a classifier of ``num_labels`` classes.
 
     head: "sequence" (a fresh linear head on the last real token; an encoder's on [CLS]; a sentence
-        encoder's on its own pooling: ``tasks.pooledhead``) or
+        encoder's on its own pooling: ``text.pooledhead``) or
         "answer_token" (the causal LM's logits of ``answer_ids``, one token per class:
-        ``tasks.answerhead``). lora_r: 0 trains every weight; else LoRA adapters of rank
+        ``text.answerhead``). lora_r: 0 trains every weight; else LoRA adapters of rank
         ``lora_r`` on every linear layer (peft), the sequence head trained whole. The frozen
         base sits in the run's 16-bit type (``precision``: fp16 on a T4) while what trains stays
         fp32, as a GradScaler needs. load_in_4bit: the base in 4-bit NF4 (QLoRA; GPU only).

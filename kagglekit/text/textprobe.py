@@ -4,7 +4,7 @@ What a pretrained encoder knows before any fine-tuning: the attached model's las
 averaged over each text's real tokens (padding masked out), read once in the run's precision.
 A logistic regression on them, on the same folds as the fine-tuning, is the floor fine-tuning
 must clear (a sentence encoder such as all-MiniLM-L6-v2 was trained for exactly these mean-pooled
-vectors: ``tasks.pooledhead`` fine-tunes it through them, its head started as this probe). Texts are sorted by length,
+vectors: ``text.pooledhead`` fine-tunes it through them, its head started as this probe). Texts are sorted by length,
 so each batch pads little; on a GPU the model loads in fp16 (nothing trains: a 7B decoder takes
 14 GB, not the 28 of fp32, and fits a T4).
 """

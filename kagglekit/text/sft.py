@@ -9,7 +9,7 @@ repeats, on top of transformers and peft:
 - ``collator``: right padding to the batch's longest row (to a multiple of 8 for fp16 tensor
   cores), labels -100 on the padding;
 - ``load_causal_lm``: the attached model, LoRA adapters on every linear layer when ``lora_r`` >
-  0 (peft), the frozen base in the run's 16-bit type beside fp32 adapters (``tasks.text``'s rules);
+  0 (peft), the frozen base in the run's 16-bit type beside fp32 adapters (``text.classifier``'s rules);
 - ``export``: the trained model as the engines load one (``llm.llmexport``: LoRA merged in fp32,
   saved in fp16 after an fp16 overflow scan on the training prompts).
 """
@@ -24,7 +24,7 @@ from torch.utils.data import Dataset
 from ..llm import llmexport
 from ..parallel.loaders import to_device
 from ..score import metrics
-from . import text
+from . import classifier as text
 
 IGNORE = -100  # cross-entropy's ignore_index: prompt and padding positions
 

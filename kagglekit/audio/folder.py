@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import csvfile, filecheck
-from .decoding import decode_all, each_decoded  # noqa: F401 (kk.audio.decode_all: the notebook's)
+from ..readers import csvfile, filecheck
+from ..readers.decoding import decode_all, each_decoded  # noqa: F401 (kk.audio.decode_all: the notebook's)
 
 SAMPLE_RATE = 32000  # BirdCLEF's, every year
 WINDOW_S = 5  # the scored window

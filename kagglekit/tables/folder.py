@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from . import csvfile
+from ..readers import csvfile
 from .timeseries import TableError, find_file
 
 MAX_CATEGORIES = 50  # a text column with more distinct values is free text or an id: dropped

@@ -1,5 +1,5 @@
 """A BirdCLEF-style competition written from synthetic calls: the layout and quirks of the real
-one (``readers.audio``), sounds a small model can learn on a CPU.
+one (``audio.folder``), sounds a small model can learn on a CPU.
 
 No public labelled animal-sound set ships inside a pip package, so the sounds are made: each
 species has a call (syllables that sweep between its own frequencies, at its own length and
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..state import atomic
-from .audio import SAMPLE_RATE, WINDOW_S
+from .folder import SAMPLE_RATE, WINDOW_S
 
 # (label, class, (low Hz, high Hz), syllable s, syllables per call, kind); pairs share a band
 SPECIES = (

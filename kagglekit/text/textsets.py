@@ -19,7 +19,7 @@ decoders have no padding token; Qwen adds no <s>), saved as ``save_pretrained`` 
 Model's files (``config.json``, ``model.safetensors``, ``tokenizer.json``), under
 ``<root>/<model>/transformers/<variation>/3`` (Kaggle Models'
 ``<model>/<framework>/<variation>/<version>``). Only this module and
-``tasks.text`` import transformers: the other notebooks never pay for it.
+``text.classifier`` import transformers: the other notebooks never pay for it.
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..readers import csvfile
 from ..state import atomic
-from . import csvfile
 
 if TYPE_CHECKING:  # pandas is imported where a table is read (import time)
     import pandas as pd
@@ -221,7 +221,7 @@ def _tokenizer(corpus: list[str], arch: str):
     """A word-level tokenizer trained on ``corpus`` with the special tokens ``arch``'s real
     tokenizers have: BERT's [CLS] ... [SEP] and [PAD]; Llama 3's <s> before each text and no
     padding token; Qwen's no <s> at all, <|endoftext|> as its end, and no padding token (the
-    base checkpoints ship none: ``tasks.text.load_tokenizer`` must supply one)."""
+    base checkpoints ship none: ``text.classifier.load_tokenizer`` must supply one)."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
     specials = {"bert": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], "llama": ["<unk>", "<s>", "</s>"],
@@ -273,7 +273,7 @@ def write_standin_model(root: Path | str, arch: str = "bert", seed: int = 0, hid
     import torch
     from transformers import AutoModel, AutoModelForCausalLM
 
-    from .pretrained import quiet_transformers
+    from ..readers.pretrained import quiet_transformers
     quiet_transformers()
     folder = Path(root) / f"standin-{arch}" / "transformers" / f"h{hidden}-l{layers}-s{seed}" / "3"
     if (folder / "config.json").exists() and (folder / "tokenizer.json").exists():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import csvfile
+from ..readers import csvfile
 
 SUFFIXES = (".csv", ".parquet", ".pq")
 
@@ -152,7 +152,7 @@ def builtin_table(n_series: int, length: int, channels: int, seed: int = 0, peri
     """``n_series`` built-in series (``datasets.series``, one seed each) as a long table."""
     import pandas as pd
 
-    from .datasets import series
+    from ..readers.datasets import series
     names = ["target", *(f"x{c}" for c in range(1, channels))]
     parts = []
     for s in range(n_series):
