@@ -30,7 +30,7 @@ _FLOORS = {
              "scalerhealth", "batchsize", "ema"),
     "score": ("metrics", "evaluate", "scoring", "multilabel", "hillclimb", "stacking", "choice"),
     "submit": ("submission", "serving", "rerunplan", "blend", "oofsources", "export"),
-    "run": ("context", "report", "scratch", "unit", "params", "contract", "paths", "splitters", "plots",
+    "run": ("context", "datadir", "report", "scratch", "unit", "params", "contract", "paths", "splitters", "plots",
             "foldresults", "oofio", "turns", "folds", "workpool", "zoo"),
     "search": ("tune", "sizing", "studyreport", "studystore", "boosting"),
     "llm": ("llmshards", "hfbackend", "llmengine", "voting", "vllmcheck", "llmexport", "llmquant"),

@@ -73,6 +73,7 @@ from .readers import labelsets as labelsets
 from .readers import pretrained as pretrained
 from .run import context as context
 from .run import contract as contract
+from .run import datadir as datadir
 from .run import foldresults as foldresults
 from .run import folds as folds
 from .run import oofio as oofio
@@ -201,6 +202,7 @@ __all__ = [
     "csvfile",
     "cudagraph",
     "cycles",
+    "datadir",
     "datasets",
     "decoding",
     "display",

@@ -60,16 +60,17 @@ def test_an_explicit_argument_wins_over_the_run(tmp_path, monkeypatch):
     monkeypatch.setenv("KAGGLEKIT_OUTPUT", str(tmp_path / "out"))
     run = _start(force_retrain=True)
     assert run.resume is False and run.config["force_retrain"] is True
-    chosen = kk.fitoptions.Durability.of(None, None, run)
+    chosen = kk.fitoptions.Durability.of(None, run)
     assert chosen.resume is False and chosen.config == run.config  # the run decides
-    own = kk.fitoptions.Durability.of(run.checkpoints("m", config={"lr": 1}), None, run)
-    assert own.config == {"lr": 1}  # the checkpoints carry their training's config
-    alone = kk.fitoptions.Durability.of(None, None, kk.Alone(resume=True, time_budget=5.0))
+    own = kk.fitoptions.Durability.of(run.checkpoints("m", config={"lr": 1}, save_every_min=0.5), run)
+    assert own.config == {"lr": 1}  # the checkpoints carry their training's config, and when to save
+    assert own.save_every_min == 0.5 and kk.fitoptions.Durability.of("m", run).save_every_min == 20.0
+    alone = kk.fitoptions.Durability.of(None, kk.Alone(resume=True, time_budget=5.0))
     assert alone.resume is True and alone.time_budget.remaining() <= 5.0
     with pytest.raises(TypeError, match="unexpected keyword argument 'epoch_limit'"):
         kk.fit(None, None, [1], None, epoch_limit=3)  # fit's options are explicit keywords
     with pytest.raises(ValueError, match="checkpoints='m' names a fit of the run: pass run=run"):
-        kk.fitoptions.Durability.of("m", None, kk.Alone())
+        kk.fitoptions.Durability.of("m", kk.Alone())
 
 
 def _log_in_a_rank(run) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..readers import csvfile, filecheck
+from ..readers import csvfile, filecheck, tablecheck
 from ..readers.decoding import decode_all, each_decoded  # noqa: F401 (kk.audio.decode_all: the notebook's)
 
 SAMPLE_RATE = 32000  # BirdCLEF's, every year
@@ -88,6 +88,9 @@ def read_competition(folder: Path | str) -> AudioCompetition:
     for needed in ("primary_label", "filename"):
         if needed not in table.columns:
             raise AudioDataError(f"train.csv has no column {needed!r}; its columns: {', '.join(table.columns)}")
+    answered, note = tablecheck.labelled(table.primary_label, "primary_label", AudioDataError, False, parameter="")
+    print(note, flush=True) if note else None
+    table = table[answered]
     unknown = sorted(set(table.primary_label) - set(index))
     if unknown:
         raise AudioDataError(f"train.csv's primary_label {unknown[:5]} are not columns of sample_submission.csv: "

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..readers import csvfile, filecheck, labelsets
+from ..readers import csvfile, filecheck, labelsets, tablecheck
 from ..readers.decoding import each_decoded
 
 EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
@@ -104,6 +104,7 @@ def read_competition(folder: Path | str, target_column: str = "label", id_column
     schema = csvfile.read(sample)
     ids_col = id_column or str(schema.columns[0])
     test_dir = _folder(folder, TEST_FOLDERS)
+    tablecheck.check_ids(schema, None, ids_col, ImageDataError)
     test_ids = schema[ids_col].astype(str).tolist()
     test_paths = [_image(test_dir, i) for i in test_ids]
     if any(p is None for p in test_paths):
@@ -122,6 +123,9 @@ def read_competition(folder: Path | str, target_column: str = "label", id_column
             comp.unreadable = unreadable
             return comp
         names = _target(table, target_column)
+        answered, note = tablecheck.labelled(table[target_column], target_column, ImageDataError)
+        print(note, flush=True) if note else None
+        paths, names = [p for p, a in zip(paths, answered) if a], [n for n, a in zip(names, answered) if a]
     else:
         paths, names, dropped = _from_subfolders(_folder(folder, TRAIN_FOLDERS))
         paths, names, unreadable = _readable(paths, names)

@@ -60,6 +60,19 @@ def audio_problem(path: Path) -> str | None:
     return None if info.frames > 0 else "a recording of no frames"
 
 
+def tiff_problem(path: Path) -> str | None:
+    """Why the TIFF stack at ``path`` cannot be read, or None: not a TIFF (a web page under its
+    name), or cut short (its first or last page's strips end past the file's end)."""
+    import tifffile
+    try:
+        with tifffile.TiffFile(path) as tif:
+            size, pages = Path(path).stat().st_size, [tif.pages[0], tif.pages[-1]]
+            ends = [max((o + n for o, n in zip(p.dataoffsets, p.databytecounts)), default=0) for p in pages]
+    except (tifffile.TiffFileError, OSError, ValueError, IndexError) as error:
+        return f"not a TIFF tifffile can read ({type(error).__name__})"
+    return None if max(ends) <= size else f"cut short ({size} bytes, its pages reach {max(ends)})"
+
+
 def problems(paths: list[Path], check: Callable[[Path], str | None], workers: int = 8) -> dict[int, str]:
     """Each failing file's position in ``paths`` -> why, checked ``workers`` at a time (reads, not CPU)."""
     with ThreadPoolExecutor(max(1, workers)) as pool:

@@ -27,15 +27,12 @@ from ..parallel import ranklog, ranks
 from ..state.cache import Cache
 from ..state.checkpoint import CheckpointManager
 from ..state.identity import DEFAULT_RUN_CONTROL
-from . import params, paths, scratch
+from . import datadir, params, paths, scratch
+from .datadir import DataDirError  # noqa: F401 (kk.context.DataDirError)
 from .report import Report, save_figure, what_it_did  # noqa: F401 (kk.context.save_figure)
 
 WORK_CAP_ENV = "KAGGLEKIT_WORK_CAP"  # set by `make sandbox`: optimizer steps per fit at most
 RERUN_HOURS = 9.0  # a code competition's usual cap on its scoring rerun (the parameter wins)
-
-
-class DataDirError(FileNotFoundError):
-    """``data_dir`` does not exist or lacks the files a pipeline needs."""
 
 
 @dataclass
@@ -183,29 +180,10 @@ class Run:
         return manager
 
     def data_dir(self, required: list[str] | tuple[str, ...] = (), table: bool = False) -> Path | None:
-        """The ``data_dir`` parameter as a Path (a folder, or the ``owner/slug`` of an
-        attached Kaggle source in either input layout), None when empty; missing files raise.
-        A file given (``.../train.csv``): itself where the pipeline reads a ``table``, else its folder, said."""
-        value = self.config.get("data_dir") or ""
-        if not value:
-            return None
-        path = env.local_or_attached(value)
-        if path.is_file() and not table:
-            print(f"data_dir={value!r} is a file: reading the competition's folder {path.parent}", flush=True)
-            path = path.parent
-        if path.is_file():
-            return path
-        if not path.is_dir():
-            raise DataDirError(f"data_dir={value!r} does not exist: no folder and no attached Kaggle "
-                               "source (owner/slug under /kaggle/input, or data/<slug> locally after "
-                               "`make data`). Leave data_dir empty for the built-in data, or attach "
-                               "the dataset (dataset_sources in kernel-metadata) and give its "
-                               "owner/slug or folder.")
-        missing = [name for name in required if not any(path.rglob(name))]
-        if missing:
-            raise DataDirError(f"data_dir={value!r} lacks {', '.join(missing)}: this pipeline "
-                               f"needs {', '.join(required)} somewhere under it.")
-        return path
+        """The ``data_dir`` parameter as the folder holding ``required`` (``datadir.resolve``: a
+        folder, the ``owner/slug`` of an attached Kaggle source, the competition's file, or the
+        folder above it), None when empty; where the files are not, it raises naming them."""
+        return datadir.resolve(self.config.get("data_dir") or "", required, table)
 
 
 def _previous_metrics(output: Path) -> dict:

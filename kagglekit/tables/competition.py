@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..readers import csvfile
+from ..readers import csvfile, tablecheck
 from .timeseries import TableError
 
 if TYPE_CHECKING:  # pandas is imported where a table is read (import time)
@@ -82,7 +82,8 @@ def read(folder, target_column: str = "", *, classification: bool, original_csv:
         raise TableError(f"{folder} lacks {', '.join(missing)}: data_dir must be a tabular "
                          "competition's folder (train.csv, test.csv, sample_submission.csv)")
     train, test = csvfile.read(folder / "train.csv"), csvfile.read(folder / "test.csv")
-    sample = csvfile.read(folder / "sample_submission.csv", nrows=5)
+    sample = csvfile.read(folder / "sample_submission.csv")
+    tablecheck.check_ids(sample, test, str(sample.columns[0]), TableError)
     test = _spelled_as_in_train(test, train)
     id_column, target = sample.columns[0], target_column or _sample_target(sample, folder)
     for frame, file in ((train, "train.csv"), (test, "test.csv")):
@@ -91,9 +92,11 @@ def read(folder, target_column: str = "", *, classification: bool, original_csv:
     if target not in train.columns:
         raise TableError(f"train.csv has no column {target!r} (target_column); its columns: "
                          f"{', '.join(map(str, train.columns[:12]))}")
+    answered, note = tablecheck.labelled(train[target], target, TableError, classes=classification)
+    if note:
+        print(note, flush=True)
+    train = train[answered].reset_index(drop=True)
     labels = train.pop(target)
-    if labels.isna().any():
-        raise TableError(f"train.csv: {int(labels.isna().sum())} rows have no {target!r}: drop or fill them")
     ids, test_ids = train.pop(id_column).to_numpy(), test.pop(id_column).to_numpy()
     renamed = test.attrs.get("renamed", {})
     dropped = {c: "not in test.csv" for c in train.columns if c not in test.columns}

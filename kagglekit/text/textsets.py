@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..readers import csvfile
+from ..readers import csvfile, tablecheck
 from ..state import atomic
 
 if TYPE_CHECKING:  # pandas is imported where a table is read (import time)
@@ -199,6 +199,11 @@ def read_competition(folder: Path | str, text_column: str, target_column: str) -
     id_column = str(sample.columns[0])  # the competition's key, as the sample names it
     if id_column not in test.columns:
         raise TextDataError(f"sample_submission.csv's first column {id_column!r} is not in test.csv")
+    tablecheck.check_ids(sample, test, id_column, TextDataError)
+    answered, note = tablecheck.labelled(train[target_column], target_column, TextDataError)
+    if note:
+        print(note, flush=True)
+    train = train[answered].reset_index(drop=True)
     train[text_column] = train[text_column].fillna("").astype(str)
     test[text_column] = test[text_column].fillna("").astype(str)
     classes, labels = np.unique(train[target_column].to_numpy(), return_inverse=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..readers import csvfile
+from ..readers import csvfile, tablecheck
 from ..state import atomic
 from .textsets import TextCompetition, table
 
@@ -151,6 +151,7 @@ def read_competition(folder: Path | str, source_column: str, target_column: str)
         raise GenerationDataError(f"sample_submission.csv's first column {id_column!r} is not in test.csv")
     if len(sample.columns) < 2:
         raise GenerationDataError("sample_submission.csv has only its id column: no column for the answer")
+    tablecheck.check_ids(sample, test, id_column, GenerationDataError)
     answer = target_column if target_column in sample.columns else str(sample.columns[1])
     for frame, columns in ((train, (source_column, target_column)), (test, (source_column,))):
         for column in columns:

@@ -1,4 +1,4 @@
-"""``make results NB=gpu_figures``: a measured figures table into benchmarks/history/gpu-figures.md, with its provenance.
+"""``make results NB=gpu_figures``: a measured figures table into benchmarks/history/gpu-figures.md, dated.
 
 Reads what ``make output`` fetched (``runs/kaggle/<slug>/v<N>/metrics.json`` and ``kaggle.json``)
 or a local run's folder (``make gpu-check``), and appends each version's judged figures as one

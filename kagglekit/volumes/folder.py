@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..readers import filecheck, tablecheck
 from .tiff import TiffVolume, write_volume  # noqa: F401 (kk.volumes.*)
 from .volumecache import VolumeCache  # noqa: F401 (kk.volumes.VolumeCache)
 
@@ -81,6 +82,10 @@ class VesuviusLayout:
         return text + f"; e.g. {', '.join(list(self.skipped)[:3])}"
 
 
+class VolumeDataError(FileNotFoundError):
+    """The folder is not the Vesuvius layout, or the files the submission needs are missing or unreadable."""
+
+
 def _table(csv: Path):
     import pandas as pd
     table = pd.read_csv(csv, dtype=str)
@@ -115,6 +120,13 @@ def _train_ids(root: Path, ids: list, deprecated: bool) -> tuple[list, dict, set
                 skipped[vid] = "in deprecated_train_images/ (old binary labels)"
         else:
             skipped[vid] = "no image or label file"
+    files = [root / f"{DEPRECATED if v in old else ''}{part}" / f"{v}.tif" for v in usable
+             for part in ("train_images", "train_labels")]
+    for i, why in filecheck.problems(files, filecheck.tiff_problem).items():
+        vid = files[i].stem
+        if vid in usable:
+            usable.remove(vid)
+            skipped[vid] = f"{files[i].parent.name}/{files[i].name} unreadable: {why}"
     return usable, skipped, old
 
 
@@ -127,7 +139,7 @@ def read_layout(folder: Path | str, test_folder: Path | str | None = None, *,
     folder = Path(folder)
     found = sorted(folder.rglob("train.csv"))
     if not found:
-        raise FileNotFoundError(f"{folder} holds no train.csv: expected the Vesuvius layout "
+        raise VolumeDataError(f"{folder} holds no train.csv: expected the Vesuvius layout "
                                 "(train.csv, train_images/, train_labels/, test_images/)")
     root = found[0].parent
     test_root = Path(test_folder) if test_folder else root
@@ -137,15 +149,27 @@ def read_layout(folder: Path | str, test_folder: Path | str | None = None, *,
     table = _table(root / "train.csv")
     usable, skipped, old = _train_ids(root, table["id"].tolist(), deprecated)
     if not usable:
-        raise FileNotFoundError(f"none of the {len(table)} ids of {root / 'train.csv'} has its "
+        raise VolumeDataError(f"none of the {len(table)} ids of {root / 'train.csv'} has its "
                                 "image in train_images/ and label in train_labels/")
     scroll = dict(zip(table["id"], table["scroll_id"])) if "scroll_id" in table else {}
     layout = VesuviusLayout(root, usable, _test_ids(test_root), test_root, skipped, scroll,
                             old, cache)
-    missing = [v for v in layout.test_ids if not (test_root / "test_images" / f"{v}.tif").exists()]
-    if missing:
-        raise FileNotFoundError(f"test ids without a volume in {test_root / 'test_images'}: {missing[:5]}")
+    _check_test_files(layout)
     return layout
+
+
+def _check_test_files(layout: VesuviusLayout) -> None:
+    """Every test id once, each with a readable volume: the submission needs every one."""
+    import pandas as pd
+    tablecheck.check_ids(pd.DataFrame({"id": layout.test_ids}), None, "id", VolumeDataError, "test.csv")
+    folder = layout.test_root / "test_images"
+    missing = [v for v in layout.test_ids if not (folder / f"{v}.tif").exists()]
+    if missing:
+        raise VolumeDataError(f"test ids without a volume in {folder}: {missing[:5]}: the submission needs a mask for "
+                              "each. Use the competition's own test_images/ (or test_dir)")
+    paths = [folder / f"{v}.tif" for v in layout.test_ids]
+    filecheck.refuse_test_files(paths, filecheck.problems(paths, filecheck.tiff_problem), VolumeDataError,
+                                "test volumes")
 
 
 def write_layout(folder: Path | str, train: dict, test: dict, compress=None,

@@ -131,7 +131,7 @@ def add(sub) -> None:
                              ("score", cmd_score, "a competition kernel's submissions and their scores"),
                              ("compare", cmd_compare, "a local run against the Kaggle run of the same configuration"),
                              ("drift", cmd_drift, "the packages the Kaggle run had against the sandbox's pins"),
-                             ("results", cmd_results, "fetched gpu_figures tables into benchmarks/history/gpu-figures.md"),
+                             ("results", cmd_results, "fetched gpu_figures tables into benchmarks/history/"),
                              ("publish", cmd_publish, "a finished run's weights as a dataset or a Kaggle Model, "
                                                       "for inference kernels")):
         p = sub.add_parser(name, help=text)

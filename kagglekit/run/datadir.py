@@ -1,0 +1,54 @@
+"""``data_dir`` as a pipeline reads it: the folder that holds the competition's files.
+
+What users give is not always that folder: the competition's ``train.csv`` itself (copied from a
+file browser), or the folder one level above it (a download unzipped into a folder of its own, or
+Kaggle's input root). Each is read as what it means, said in one line; a folder where the files
+are in several places, or nowhere, is refused naming what it holds.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..machine import env
+
+
+class DataDirError(FileNotFoundError):
+    """``data_dir`` names no folder with the pipeline's files."""
+
+
+def resolve(value: str, required: list[str] | tuple[str, ...] = (), table: bool = False) -> Path | None:
+    """The folder (or, where the pipeline reads a ``table``, the file) ``value`` names: a local path
+    or the ``owner/slug`` of an attached source; None when empty. ``required``: file names the
+    pipeline needs in that folder (or, said, in the one sub-folder that holds them all)."""
+    if not value:
+        return None
+    path = env.local_or_attached(value)
+    if path.is_file() and not table:
+        print(f"data_dir={value!r} is a file: reading the competition's folder {path.parent}", flush=True)
+        path = path.parent
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise DataDirError(f"data_dir={value!r} does not exist: no folder and no attached Kaggle source (owner/slug "
+                           "under /kaggle/input, or data/<slug> locally after `make data`). Leave data_dir empty for "
+                           "the built-in data, or attach the dataset (dataset_sources in kernel-metadata) and give "
+                           "its owner/slug or folder.")
+    return _holding(path, value, list(required))
+
+
+def _holding(path: Path, value: str, required: list[str]) -> Path:
+    """``path``, or the one folder under it where every required file is."""
+    if all((path / name).exists() for name in required):
+        return path
+    missing = [name for name in required if not any(path.rglob(name))]
+    if missing:
+        raise DataDirError(f"data_dir={value!r} lacks {', '.join(missing)}: this pipeline needs "
+                           f"{', '.join(required)} somewhere under it.")
+    holders = sorted({p.parent for p in path.rglob(required[0])
+                      if all((p.parent / name).exists() for name in required)})
+    if len(holders) != 1:
+        found = [str(p.parent.relative_to(path)) for p in path.rglob(required[0])][:4]
+        raise DataDirError(f"data_dir={value!r}: {', '.join(required)} are not together in one folder under it "
+                           f"({required[0]} in {found}): give the competition's own folder")
+    print(f"data_dir={value!r}: the competition's files are in {holders[0]}: reading that folder", flush=True)
+    return holders[0]
