@@ -9,13 +9,13 @@ to check that the calls named here are the calls it makes.
 """
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
-
 from datamutations import MUTATIONS, Layout, mutated_copy
+
 from kagglekit.audio import audiosynth, folder as audio
 from kagglekit.images import folder as images, imagesets
 from kagglekit.readers import csvfile, filecheck
@@ -46,7 +46,8 @@ def _unreadable(paths, check) -> list[str]:
 
 def _blank_classes(classes) -> list[str]:
     blank = [c for c in classes if str(c).strip() in ("", "nan", "None")]
-    return [f"a class of no name: {blank[:2]}"] * bool(blank) + [f"one class only: {list(classes)}"] * (len(classes) < 2)
+    return ([f"a class of no name: {blank[:2]}"] * bool(blank)
+            + [f"one class only: {list(classes)}"] * (len(classes) < 2))
 
 
 def _tabular(folder: Path):
@@ -101,6 +102,11 @@ def outcome(pipeline: Pipeline, given: Path) -> tuple[str, str]:
     ids = [str(i) for i in pipeline.test_ids(read)]
     if len(set(ids)) != len(ids):
         return "FAIL", f"read on, but the submission would hold {len(ids) - len(set(ids))} ids twice"
+    sample = Path(folder) / "sample_submission.csv"
+    if pipeline.layout.test_table and sample.exists():  # the final check compares the submission's ids with these
+        wanted = set(csvfile.read(sample, dtype=str).iloc[:, 0])
+        if wanted != set(ids):
+            return "FAIL", f"read on, but the sample's ids are not the test's ({len(wanted ^ set(ids))} differ)"
     wrong = pipeline.wrong(read)
     return ("FAIL", f"read on, but: {'; '.join(wrong)[:200]}") if wrong else ("handled", "")
 

@@ -133,7 +133,7 @@ def test_a_one_class_folder_and_a_probability_sample_for_many_classes_are_refuse
     shutil.copytree(digits, one)
     table = pd.read_csv(one / "train.csv")
     table.assign(label="seven").to_csv(one / "train.csv", index=False)
-    with pytest.raises(images.ImageDataError, match="every training image has the class 'seven'.*target_column"):
+    with pytest.raises(images.ImageDataError, match=r"'label' \(target_column\) is 'seven' on every row"):
         images.read_competition(one)
     sample = pd.read_csv(digits / "sample_submission.csv").assign(label=0.5)
     sample.to_csv(one / "sample_submission.csv", index=False)

@@ -9,6 +9,7 @@ why; a test file that fails is refused, naming it, because the submission needs 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -68,8 +69,13 @@ def tiff_problem(path: Path) -> str | None:
         with tifffile.TiffFile(path) as tif:
             size, pages = Path(path).stat().st_size, [tif.pages[0], tif.pages[-1]]
             ends = [max((o + n for o, n in zip(p.dataoffsets, p.databytecounts)), default=0) for p in pages]
+            # a stack tifffile wrote states its shape: fewer pages than that is a file cut in its IFD chain
+            expected = math.prod(tif.series[0].shape) // max(1, math.prod(tif.pages[0].shape))
+            count = len(tif.pages)
     except (tifffile.TiffFileError, OSError, ValueError, IndexError) as error:
         return f"not a TIFF tifffile can read ({type(error).__name__})"
+    if count < expected:
+        return f"cut short ({count} of its {expected} pages)"
     return None if max(ends) <= size else f"cut short ({size} bytes, its pages reach {max(ends)})"
 
 
