@@ -179,3 +179,20 @@ def test_a_forgotten_nb_or_names_joined_by_commas_are_said_before_any_kernel(tmp
     assert cli.main(["run", "tabular", "quickstart", "-p", "epochs=-1", "--output", str(out)]) == 2
     assert capsys.readouterr().err.startswith("error: tabular: ")  # of several notebooks, the one refusing named
     assert not out.exists()
+
+
+def test_what_the_kit_decided_about_the_input_shows_on_the_terminal_too(tmp_path):
+    """`make run` prints the notebook's notices (a separator found, a smoke run keeping a value, a
+    folder read as another) where the user looks, not only inside the executed notebook."""
+    import subprocess
+    import sys
+    rng = np.random.default_rng(0)
+    rows = [f"{i};{a:.3f};{b:.3f};{'yes' if a > b else 'no'}" for i, (a, b) in enumerate(rng.random((200, 2)))]
+    (tmp_path / "train.csv").write_text("id;a;b;target\n" + "\n".join(rows) + "\n")
+    done = subprocess.run([sys.executable, "-m", "kagglekit.tools.cli", "run", "quickstart", "--output",
+                           str(tmp_path / "runs"), "-p", f"data_dir={tmp_path / 'train.csv'}", "-p", "smoke=True",
+                           "-p", "epochs=1"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = [line.strip() for line in done.stdout.splitlines() if "quickstart said:" in line]
+    assert "quickstart said: train.csv is separated by ';', not commas: read so" in said
+    assert any(line.startswith("quickstart said: smoke run with your epochs=1") for line in said)

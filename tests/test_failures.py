@@ -243,3 +243,19 @@ def test_a_stop_asked_before_the_fit_began_stops_it_at_its_first_step(tmp_path):
         _fit(CheckpointManager(tmp_path, search=[]), kk.supervised(F.cross_entropy), "fp32")
     assert not kk.signals.stop_requested()  # used up: the next fit trains
     assert [p.name for p in tmp_path.rglob("step-*.pt")] == ["step-00000001.pt"]
+
+
+def test_ctrl_c_on_make_run_says_one_line_and_no_traceback(tmp_path):
+    """Ctrl-C on `make run` (SIGINT to the CLI; jupyter_client interrupts the kernel, whose fit saves
+    and stops): one line saying how to resume, exit 130; not papermill's and asyncio's tracebacks."""
+    repo = Path(__file__).resolve().parents[1]
+    cli = subprocess.Popen([sys.executable, "-m", "kagglekit.tools.cli", "run", "quickstart", "--output",
+                            str(tmp_path), "-p", "epochs=200"], cwd=repo, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    assert cli.stdout.readline().startswith("== quickstart: running")  # the kernel's start is under way
+    time.sleep(3)
+    cli.send_signal(signal.SIGINT)
+    out, err = cli.communicate(timeout=120)
+    assert cli.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "future: <Task" not in err
+    assert "== quickstart: stopped by Ctrl-C" in err and "the same make run resumes it" in err

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..machine.display import notice
 from ..readers import csvfile, filecheck, tablecheck
 from ..readers.decoding import decode_all, each_decoded  # noqa: F401 (kk.audio.decode_all: the notebook's)
 
@@ -89,7 +90,7 @@ def read_competition(folder: Path | str) -> AudioCompetition:
         if needed not in table.columns:
             raise AudioDataError(f"train.csv has no column {needed!r}; its columns: {', '.join(table.columns)}")
     answered, note = tablecheck.labelled(table.primary_label, "primary_label", AudioDataError, False, parameter="")
-    print(note, flush=True) if note else None
+    notice(note) if note else None
     table = table[answered]
     unknown = sorted(set(table.primary_label) - set(index))
     if unknown:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..machine.display import notice
 from ..readers import csvfile, filecheck, labelsets, tablecheck
 from ..readers.decoding import each_decoded
 
@@ -124,7 +125,7 @@ def read_competition(folder: Path | str, target_column: str = "label", id_column
             return comp
         names = _target(table, target_column)
         answered, note = tablecheck.labelled(table[target_column], target_column, ImageDataError)
-        print(note, flush=True) if note else None
+        notice(note) if note else None
         paths, names = [p for p, a in zip(paths, answered) if a], [n for n, a in zip(names, answered) if a]
     else:
         paths, names, dropped = _from_subfolders(_folder(folder, TRAIN_FOLDERS))

@@ -7,6 +7,7 @@ kernel (a script, a launched rank) these calls do nothing but what they return.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 INJECTED_MARK = "# Parameters"  # first line of the cell papermill injects
@@ -20,6 +21,17 @@ def in_notebook() -> bool:
         return False
     shell = get_ipython()
     return shell is not None and hasattr(shell, "kernel")
+
+
+def notice(text: str) -> None:
+    """What the kit decided for the user about their input (a separator found, a folder read as
+    another, rows left out): printed in the notebook, and appended to ``$KAGGLEKIT_NOTICES`` where
+    ``make run`` sets it, so the terminal shows it too, not only the executed notebook."""
+    print(f"kagglekit: {text}", flush=True)
+    where = os.environ.get("KAGGLEKIT_NOTICES")
+    if where:
+        with open(where, "a", encoding="utf-8") as f:
+            f.write(" ".join(text.split()) + "\n")
 
 
 def _display(obj) -> None:

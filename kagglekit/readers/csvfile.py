@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from ..machine.display import notice
+
 SEPARATORS = (",", ";", "\t", "|")
 
 
@@ -41,7 +43,7 @@ def read(path: Path | str, *, rows_needed: bool = True, **options):
     sep = options.pop("sep", None) or separator(path)
     if sep != ",":
         shown = {"\t": "tabs"}.get(sep, repr(sep))
-        print(f"kagglekit: {path.name} is separated by {shown}, not commas: read so", flush=True)
+        notice(f"{path.name} is separated by {shown}, not commas: read so")
     frame = pd.read_csv(path, sep=sep, **options)
     if rows_needed and frame.empty:
         raise TableFileError(f"{path} has a header ({', '.join(map(str, frame.columns[:6]))}) and no row")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..machine import budget as budget_mod, env, inputs
+from ..machine import budget as budget_mod, display, env, inputs
 from ..parallel import ranklog, ranks
 from ..state.cache import Cache
 from ..state.checkpoint import CheckpointManager
@@ -266,8 +266,8 @@ def _smoke(smoke: dict, given) -> dict:
         raise params.ParameterError(f"smoke overrides {unknown} are not parameters")
     kept = {k: given.injected[k] for k in smoke if k in given.injected}
     if kept:
-        print("kagglekit: smoke run with your " + ", ".join(f"{k}={v!r}" for k, v in kept.items())
-              + " (smoke alone: " + ", ".join(f"{k}={smoke[k]!r}" for k in kept) + ")", flush=True)
+        display.notice("smoke run with your " + ", ".join(f"{k}={v!r}" for k, v in kept.items())
+                       + " (smoke alone: " + ", ".join(f"{k}={smoke[k]!r}" for k in kept) + ")")
     return {k: v for k, v in smoke.items() if k not in kept}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..machine import env
+from ..machine.display import notice
 
 
 class DataDirError(FileNotFoundError):
@@ -24,7 +25,7 @@ def resolve(value: str, required: list[str] | tuple[str, ...] = (), table: bool 
         return None
     path = env.local_or_attached(value)
     if path.is_file() and not table:
-        print(f"data_dir={value!r} is a file: reading the competition's folder {path.parent}", flush=True)
+        notice(f"data_dir={value!r} is a file: reading the competition's folder {path.parent}")
         path = path.parent
     if path.is_file():
         return path
@@ -50,5 +51,5 @@ def _holding(path: Path, value: str, required: list[str]) -> Path:
         found = [str(p.parent.relative_to(path)) for p in path.rglob(required[0])][:4]
         raise DataDirError(f"data_dir={value!r}: {', '.join(required)} are not together in one folder under it "
                            f"({required[0]} in {found}): give the competition's own folder")
-    print(f"data_dir={value!r}: the competition's files are in {holders[0]}: reading that folder", flush=True)
+    notice(f"data_dir={value!r}: the competition's files are in {holders[0]}: reading that folder")
     return holders[0]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..machine.display import notice
 from ..readers import csvfile, tablecheck
 from .timeseries import TableError
 
@@ -94,7 +95,7 @@ def read(folder, target_column: str = "", *, classification: bool, original_csv:
                          f"{', '.join(map(str, train.columns[:12]))}")
     answered, note = tablecheck.labelled(train[target], target, TableError, classes=classification)
     if note:
-        print(note, flush=True)
+        notice(note)
     train = train[answered].reset_index(drop=True)
     labels = train.pop(target)
     ids, test_ids = train.pop(id_column).to_numpy(), test.pop(id_column).to_numpy()

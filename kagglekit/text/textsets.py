@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..machine.display import notice
 from ..readers import csvfile, tablecheck
 from ..state import atomic
 
@@ -202,7 +203,7 @@ def read_competition(folder: Path | str, text_column: str, target_column: str) -
     tablecheck.check_ids(sample, test, id_column, TextDataError)
     answered, note = tablecheck.labelled(train[target_column], target_column, TextDataError)
     if note:
-        print(note, flush=True)
+        notice(note)
     train = train[answered].reset_index(drop=True)
     train[text_column] = train[text_column].fillna("").astype(str)
     test[text_column] = test[text_column].fillna("").astype(str)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -48,6 +49,11 @@ def _run_one(nb: Path, params: dict, output_root: str, run_notebook) -> dict:
     except SystemExit:  # SIGTERM (notebook_runner.Terminated): the kernel is down, the status says killed
         print(f"== {nb.stem}: killed by SIGTERM -> {folder}/ (status: killed)", file=sys.stderr, flush=True)
         raise
+    except KeyboardInterrupt:  # Ctrl-C reached the kernel too: its fit saved a checkpoint and stopped
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # the kernel's task, never awaited: no dump
+        print(f"== {nb.stem}: stopped by Ctrl-C -> {folder}/: a fit saves a checkpoint as it stops, so the same "
+              f"make run resumes it", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
     except Exception as err:  # noqa: BLE001 - one line here; the traceback is in error.log
         status = "failed"
         print(f"== {nb.stem}: FAILED: {one_line(err)}\n   full traceback: {folder}/error.log",

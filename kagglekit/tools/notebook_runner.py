@@ -153,9 +153,12 @@ def _execute(notebook: Path, params: dict, out: Path, timeout_s, progress: bool)
     # data/ among the inputs, as /kaggle/input is on Kaggle (`make data` fills it: a data_dir
     # naming a competition's or dataset's slug finds data/<slug>).
     inputs = [p for p in os.environ.get("KAGGLEKIT_INPUT", "").split(os.pathsep) if p]
+    notices = out / "notices.txt"  # what the kit decided about the user's input (display.notice): shown here too
+    notices.unlink(missing_ok=True)
     overrides = {"KAGGLEKIT_OUTPUT": str(out.resolve()),
                  "KAGGLEKIT_BATCH": os.environ.get("KAGGLEKIT_BATCH", "1"),
-                 "KAGGLEKIT_INPUT": os.pathsep.join([*inputs, str(data_root().resolve())])}
+                 "KAGGLEKIT_INPUT": os.pathsep.join([*inputs, str(data_root().resolve())]),
+                 "KAGGLEKIT_NOTICES": str(notices.resolve())}
     previous = {k: os.environ.get(k) for k in overrides}
     os.environ.update(overrides)
     try:
@@ -171,6 +174,8 @@ def _execute(notebook: Path, params: dict, out: Path, timeout_s, progress: bool)
             os.replace(running, out / f"{notebook.stem}.failed.ipynb")
         raise
     finally:
+        for line in notices.read_text().splitlines() if notices.exists() else ():
+            print(f"  {notebook.stem} said: {line}", flush=True)
         for key, value in previous.items():
             if value is None:
                 os.environ.pop(key, None)
