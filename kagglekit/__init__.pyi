@@ -74,6 +74,7 @@ from .readers import pretrained as pretrained
 from .run import context as context
 from .run import contract as contract
 from .run import datadir as datadir
+from .run import distill as distill
 from .run import foldresults as foldresults
 from .run import folds as folds
 from .run import oofio as oofio
@@ -206,6 +207,7 @@ __all__ = [
     "datasets",
     "decoding",
     "display",
+    "distill",
     "driver",
     "durable",
     "ema",

@@ -1,0 +1,62 @@
+"""Soft labels and pseudo-labels that know which folds their teachers saw (kagglekit/run/distill.py)."""
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from kagglekit.run import distill
+
+RNG = np.random.default_rng(0)
+
+
+def _teacher(fold_of, folds=3, pool=7, classes=4, name="ensemble"):
+    probs = lambda n: RNG.dirichlet(np.ones(classes), n)  # noqa: E731
+    return distill.Teacher(name, fold_of, probs(len(fold_of)), [probs(pool) for _ in range(folds)],
+                           [probs(5) for _ in range(folds)], ids=np.arange(len(fold_of)))
+
+
+def test_a_teacher_of_other_or_unknown_folds_is_refused_naming_both():
+    student = np.array([0, 1, 2, 0, 1, 2])
+    distill.check_folds(_teacher(student), student, "mlp")  # the same folds: accepted
+    with pytest.raises(distill.DistillError, match=r"teacher 'ensemble''s folds are not 'mlp''s \(2 of 6 rows"):
+        distill.check_folds(_teacher(np.array([0, 1, 2, 0, 2, 1])), student, "mlp")
+    with pytest.raises(distill.DistillError, match=r"teacher 'all rows' has no fold assignment .* 'mlp'"):
+        distill.check_folds(distill.Teacher("all rows", None, np.zeros((6, 4))), student, "mlp")
+    with pytest.raises(distill.DistillError, match="do not hold the same rows in the same order"):
+        distill.check_folds(_teacher(student), student, "mlp", ids=np.arange(6)[::-1])
+
+
+def test_each_fold_s_pseudo_labels_come_from_the_teacher_that_never_saw_it():
+    teacher = _teacher(np.array([0, 1, 2, 0, 1, 2]))
+    for k in range(3):
+        rows, labels = distill.pseudo_labels(teacher, k, threshold=0.5)
+        assert np.array_equal(rows, np.flatnonzero(teacher.fold_pool[k].max(1) >= 0.5))
+        assert np.array_equal(labels, teacher.fold_pool[k][rows])
+    assert np.allclose(teacher.test, np.mean(teacher.fold_test, axis=0))  # the test: every fold teacher's mean
+
+
+def test_soft_targets_by_policy():
+    teacher = _teacher(np.array([0, 1, 2, 0, 1, 2]))
+    rows, own = np.array([1, 2, 4, 5]), [RNG.random((6, 4)) for _ in range(3)]
+    assert np.array_equal(distill.soft_targets(teacher, 0, rows, "oof"), teacher.oof[rows])
+    assert np.array_equal(distill.soft_targets(teacher, 0, rows, fold_train=own[0]), own[0][rows])  # the default
+    with pytest.raises(distill.DistillError, match="needs fold k's teacher's predictions"):
+        distill.soft_targets(teacher, 0, rows)
+
+
+def test_the_loss_is_hinton_s_with_pseudo_labelled_rows_on_the_soft_term_alone():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 4)
+    x, soft = torch.randn(6, 3), torch.softmax(torch.randn(6, 4), 1)
+    hard = torch.tensor([0, 1, 2, 3, -1, -1])  # the last two: pseudo-labelled, no hard label
+    temperature, mix = 3.0, 0.25
+    got = distill.loss(temperature, mix)(model, (x, hard, soft))
+    logits = model(x)
+    target = torch.softmax(torch.log(soft) / temperature, 1)
+    kl = (target * (target.log() - F.log_softmax(logits / temperature, 1))).sum(1)  # KL(target || student)
+    weight = torch.tensor([mix] * 4 + [1.0, 1.0])
+    want = ((weight * kl).sum() * temperature ** 2 + (1 - mix) * F.cross_entropy(logits[:4], hard[:4],
+                                                                                 reduction="sum")) / 6
+    assert torch.allclose(got, want, atol=1e-6)
+    with pytest.raises(distill.DistillError, match="mix=1.5"):
+        distill.loss(2.0, 1.5)
