@@ -31,7 +31,7 @@ _FLOORS = {
     "score": ("metrics", "evaluate", "scoring", "multilabel", "hillclimb", "stacking", "choice"),
     "submit": ("submission", "serving", "rerunplan", "blend", "oofsources", "export"),
     "run": ("context", "datadir", "report", "scratch", "unit", "params", "contract", "paths", "splitters", "plots",
-            "foldresults", "oofio", "turns", "folds", "workpool", "zoo", "distill"),
+            "foldresults", "oofio", "turns", "folds", "workpool", "zoo", "distill", "rounds"),
     "search": ("tune", "sizing", "studyreport", "studystore", "boosting"),
     "llm": ("llmshards", "hfbackend", "llmengine", "voting", "vllmcheck", "llmexport", "llmquant"),
 }

@@ -82,6 +82,7 @@ from .run import params as params
 from .run import paths as paths
 from .run import plots as plots
 from .run import report as report
+from .run import rounds as rounds
 from .run import scratch as scratch
 from .run import splitters as splitters
 from .run import turns as turns
@@ -284,6 +285,7 @@ __all__ = [
     "restarts",
     "resuming",
     "rng",
+    "rounds",
     "scalerhealth",
     "schedule",
     "scoring",

@@ -60,3 +60,38 @@ def test_the_loss_is_hinton_s_with_pseudo_labelled_rows_on_the_soft_term_alone()
     assert torch.allclose(got, want, atol=1e-6)
     with pytest.raises(distill.DistillError, match="mix=1.5"):
         distill.loss(2.0, 1.5)
+
+
+@pytest.mark.slow
+def test_rounds_killed_in_round_two_resume_there_bitwise_under_the_t4x2_emulation(tmp_path):
+    """tests/jobs/rounds_job.py: SIGKILL while round 2's second fold trains (round 1 and round 2's
+    first fold finished), then the same job again: no finished round or fold trains again, and the
+    last round's OOF predictions are the uninterrupted run's, bit for bit."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[1]
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("KAGGLE")}, "KAGGLEKIT_EMULATE": "t4x2"}
+    job = [sys.executable, str(repo / "tests" / "jobs" / "rounds_job.py")]
+    clean = subprocess.run(job, env={**env, "KAGGLEKIT_OUTPUT": str(tmp_path / "clean")}, capture_output=True,
+                           text=True, timeout=600)
+    finished = [line for line in clean.stdout.splitlines() if line.startswith("ROUNDS")]
+    assert finished, clean.stdout[-2000:] + clean.stderr[-2000:]
+    killed_env = {**env, "KAGGLEKIT_OUTPUT": str(tmp_path / "killed")}
+    proc = subprocess.Popen([*job, "0.02"], env=killed_env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+    deadline = time.monotonic() + 300
+    for line in proc.stdout:  # round 2's fold 1 has started: round 1 and round 2's fold 0 are stored
+        if line.startswith("training digits-round2-fold1") or time.monotonic() > deadline:
+            break
+    time.sleep(0.5)  # into its fit
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    again = subprocess.run(job, env=killed_env, capture_output=True, text=True, timeout=600)
+    trained = [line.split()[1] for line in again.stdout.splitlines() if line.startswith("training ")]
+    assert trained[:2] == ["digits-round2-fold1", "digits-round2-fold2"], again.stdout[-2000:]
+    assert not [t for t in trained if t.startswith("digits-round1") or t == "digits-round2-fold0"]
+    assert [line for line in again.stdout.splitlines() if line.startswith("ROUNDS")] == finished
