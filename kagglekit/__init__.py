@@ -33,7 +33,7 @@ _FLOORS = {
     "run": ("context", "datadir", "report", "scratch", "unit", "params", "contract", "paths", "splitters", "plots",
             "foldresults", "oofio", "turns", "folds", "workpool", "zoo", "distill", "rounds"),
     "search": ("tune", "sizing", "studyreport", "studystore", "boosting"),
-    "llm": ("llmshards", "hfbackend", "llmengine", "voting", "vllmcheck", "llmexport", "llmquant"),
+    "llm": ("llmshards", "hfbackend", "vllmbackend", "llmengine", "voting", "vllmcheck", "llmexport", "llmquant"),
 }
 # The rooms, one per kind of data a competitor enters by; each imports floors only.
 # ``kk.images`` is the room itself, its reader's names on it (readers/face.py).

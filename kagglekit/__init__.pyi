@@ -17,6 +17,7 @@ from .llm import llmengine as llmengine
 from .llm import llmexport as llmexport
 from .llm import llmquant as llmquant
 from .llm import llmshards as llmshards
+from .llm import vllmbackend as vllmbackend
 from .llm import vllmcheck as vllmcheck
 from .llm import voting as voting
 from .loop import accel as accel
@@ -321,6 +322,7 @@ __all__ = [
     "turns",
     "unit",
     "version",
+    "vllmbackend",
     "vllmcheck",
     "volumecache",
     "volumes",

@@ -126,11 +126,11 @@ def test_an_engine_that_dies_halfway_loses_no_finished_shard(tmp_path, monkeypat
     whole = llmengine.infer(_start(tmp_path / "whole", monkeypatch), "j", llama, prompts, task, workers=1)
     real, calls = llmengine.engine, []
 
-    def dies_at_the_fourth(model_dir):  # the engine each shard asks for (not the units' code)
+    def dies_at_the_fourth(model_dir, backend="hf"):  # the engine each shard asks for (not the units' code)
         calls.append(model_dir)
         if len(calls) == 4:
             raise MemoryError("the engine died")  # what a kill mid-shard leaves: nothing of this shard
-        return real(model_dir)
+        return real(model_dir, backend)
     monkeypatch.setattr(llmengine, "engine", dies_at_the_fourth)
     run = _start(tmp_path / "out", monkeypatch)
     with pytest.raises(MemoryError):
@@ -158,10 +158,10 @@ def test_no_shard_starts_that_the_deadline_cannot_hold_and_the_partial_result_st
     monkeypatch.setattr(kk.budget.time, "time", clock)
     real = llmengine.run_task
 
-    def timed(loaded, task, texts, batch_size):  # a shard takes 1 s per 100 tokens
+    def timed(loaded, task, texts, batch_size, backend="hf"):  # a shard takes 1 s per 100 tokens
         starts.append(clock.now)
         clock.now += sum(hfbackend.lengths(loaded.tokenizer, texts)) / 100
-        return real(loaded, task, texts, batch_size)
+        return real(loaded, task, texts, batch_size, backend)
     monkeypatch.setattr(llmengine, "run_task", timed)
     prompts, ids = _prompts(400), _answer_ids(llama)
     run = _start(tmp_path / "out", monkeypatch)

@@ -21,9 +21,10 @@ import numpy as np
 from ..readers.pretrained import base_identity
 from ..run import workpool
 from ..submit.rerunplan import Planned
-from . import hfbackend, llmshards
+from . import hfbackend, llmshards, vllmbackend
 
-_LOADED: dict = {}  # (model folder, device) -> hfbackend.Loaded: a worker loads its engine once
+_LOADED: dict = {}  # (model folder, device, backend) -> its Loaded: a worker loads its engine once
+BACKENDS = ("hf", "vllm")
 
 
 @dataclass(frozen=True)
@@ -87,52 +88,77 @@ class Inferred:
 class _ShardJob:
     """One shard on one engine (travels to its worker by value; the model loads there once)."""
 
-    def __init__(self, model_dir: Path, task: Task, prompts: list[str], tokens: int, batch_size: int):
+    def __init__(self, model_dir: Path, task: Task, prompts: list[str], tokens: int, batch_size: int,
+                 backend: str = "hf"):
         self.model_dir, self.task, self.prompts = model_dir, task, prompts
-        self.tokens, self.batch_size = tokens, batch_size
+        self.tokens, self.batch_size, self.backend = tokens, batch_size, backend
 
     def __call__(self, threads: int) -> dict:
         import torch
         torch.set_num_threads(threads)
-        return run_task(engine(self.model_dir), self.task, self.prompts, self.batch_size)
+        return run_task(engine(self.model_dir, self.backend), self.task, self.prompts, self.batch_size,
+                        self.backend)
 
 
-def engine(model_dir: Path):
+def _module(backend: str):
+    return vllmbackend if backend == "vllm" else hfbackend
+
+
+def engine(model_dir: Path, backend: str = "hf"):
     """This process's engine for ``model_dir`` on its GPU (a worker sees one, as cuda:0), else the CPU."""
     import torch
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    if (str(model_dir), device) not in _LOADED:
-        _LOADED[(str(model_dir), device)] = hfbackend.load(model_dir, device)
-    return _LOADED[(str(model_dir), device)]
+    key = (str(model_dir), device, backend)
+    if key not in _LOADED:
+        _LOADED[key] = _module(backend).load(model_dir, device)
+    return _LOADED[key]
 
 
-def run_task(loaded, task: Task, prompts: list[str], batch_size: int) -> dict:
+def run_task(loaded, task: Task, prompts: list[str], batch_size: int, backend: str = "hf") -> dict:
     """One shard's outputs as the cache stores them (tensors, or JSON for texts)."""
     import torch
+    module = _module(backend)
     if task.mode in ("answers", "choice"):
-        probs = hfbackend.answer_probs(loaded, prompts, list(task.token_ids), batch_size)
-        return {"probs": torch.from_numpy(probs)}
-    texts = hfbackend.generate(loaded, prompts, task.max_new_tokens, samples=task.samples,
-                               temperature=task.temperature, seed=task.seed, batch_size=batch_size)
+        probs = module.answer_probs(loaded, prompts, list(task.token_ids), batch_size)
+        return {"probs": torch.from_numpy(np.asarray(probs))}
+    texts = module.generate(loaded, prompts, task.max_new_tokens, samples=task.samples,
+                            temperature=task.temperature, seed=task.seed, batch_size=batch_size)
     return {"texts": texts}
 
 
+def choose(backend: str) -> tuple[str, str]:
+    """(the backend to use, why): ``auto`` is vLLM where its environment is found, else Hugging Face's."""
+    if backend not in (*BACKENDS, "auto"):
+        raise ValueError(f"backend={backend!r}: one of {', '.join(BACKENDS)} or auto")
+    found, why = vllmbackend.available()
+    if backend == "vllm" and not found:
+        raise vllmbackend.VllmError(f"backend='vllm': {why}")
+    if backend == "auto":
+        return ("vllm", why) if found else ("hf", f"{why}: the Hugging Face backend")
+    return backend, "asked for"
+
+
 def infer(run, name: str, model_dir: Path | str, prompts: list[str], task: Task, *, batch_size: int = 16,
-          shards_per_engine: int = 8, workers: int | None = None) -> Inferred:
-    """``task`` over every prompt (see the module): the outputs of the shards done, in prompt order."""
+          shards_per_engine: int = 8, workers: int | None = None, backend: str = "hf") -> Inferred:
+    """``task`` over every prompt (see the module): the outputs of the shards done, in prompt order.
+    ``backend``: "hf", "vllm" or "auto" (vLLM where its environment is found; the choice said)."""
+    backend, why = choose(backend)
+    if run.is_main:
+        print(f"kagglekit llm: {name}: the {backend} backend ({why})", flush=True)
     model_dir = Path(model_dir)
     from transformers import AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     sizes = hfbackend.lengths(tokenizer, prompts)
     engines = workers or workpool.processes()
     shards = llmshards.for_engines(sizes, engines, shards_per_engine)
-    identity = {"model": base_identity(model_dir), "task": asdict(task)}
+    identity = {"model": base_identity(model_dir), "task": asdict(task), "backend": backend}
+    module = _module(backend)
     jobs = []
     for shard in shards:
         texts = [prompts[i] for i in shard.rows]
         unit = run.unit(f"{name}-shard{shard.index}", config=identity, data=texts,
-                        code=[run_task, hfbackend.answer_probs, hfbackend.generate, hfbackend.load])
-        jobs.append((unit, _ShardJob(model_dir, task, texts, shard.tokens, batch_size)))
+                        code=[run_task, module.answer_probs, module.generate, module.load])
+        jobs.append((unit, _ShardJob(model_dir, task, texts, shard.tokens, batch_size, backend)))
     results = workpool.share(run, jobs, workers=engines, size=lambda unit, job: job.tokens)
     return _assemble(run, name, task, shards, jobs, results, engines)
 
@@ -155,7 +181,8 @@ def _assemble(run, name: str, task: Task, shards, jobs, results: dict, engines: 
     result = Inferred(outputs, sorted(done), sorted(pending), rate, round(llmshards.balance(shards), 3),
                       sum(s.tokens for s in shards), engines)
     run.log(**{f"llm_{name}": {"shards": len(shards), "done": result.done, "pending": result.pending,
-                               "tokens_per_s": rate, "balance": result.balance, "mode": task.mode}})
+                               "tokens_per_s": rate, "balance": result.balance, "mode": task.mode,
+                               "backend": jobs[0][1].backend if jobs else ""}})
     if pending:
         print(f"kagglekit llm: {name}: {len(done)} of {len(shards)} shards done, {len(pending)} next version")
     return result

