@@ -63,3 +63,17 @@ def test_a_check_killed_at_its_limit_keeps_the_rows_it_reported(tmp_path, monkey
     verdict = gpu_check.run_check("slow", 3, None)
     assert verdict["ok"] is False and verdict["error"] == "no verdict (over 3 s)"
     assert verdict["parts"] == [{"notebook": "quickstart", "ok": True}]
+
+
+def test_one_visit_s_checks_fit_eight_minutes_and_each_knows_its_own_deadline(tmp_path, monkeypatch):
+    """A lent card gives 15 minutes with its start-up: the default checks' limits sum to at most 480 s,
+    and each check is told its limit (less a margin) to keep its own deadline inside it."""
+    import gpu_check
+    assert sum(limit for _, limit in gpu_check.CHECKS) <= gpu_check.BUDGET_S == 480
+    assert [name for name, _ in gpu_check.CHECKS][:3] == ["precision", "graphs", "nccl"]  # the figures first
+    checks = tmp_path / "benchmarks" / "gpu_checks"
+    checks.mkdir(parents=True)
+    (checks / "told.py").write_text("import json, os\nprint('RESULT ' + json.dumps({'ok': True, 'deadline': "
+                                    "os.environ['KAGGLEKIT_CHECK_DEADLINE_S']}))\n")
+    monkeypatch.setattr(gpu_check, "REPO", tmp_path)
+    assert gpu_check.run_check("told", 40, None)["deadline"] == "25"
