@@ -124,7 +124,7 @@ def test_test_csv_spelling_a_column_otherwise_is_read_under_trains_name_and_said
     train.to_csv(tmp_path / "train.csv", index=False)
     train.drop(columns=["target", "extra"]).rename(columns={"f1": "F1"}).assign(id=range(200, 400)).to_csv(
         tmp_path / "test.csv", index=False)
-    pd.DataFrame({"id": range(200, 205), "target": 0}).to_csv(tmp_path / "sample_submission.csv", index=False)
+    pd.DataFrame({"id": range(200, 400), "target": 0}).to_csv(tmp_path / "sample_submission.csv", index=False)
     comp = competition.read(tmp_path, classification=True)
     assert list(comp.test.columns) == ["f1"] and comp.test["f1"].notna().all()
     assert comp.notes() == ["column 'extra' not used: not in test.csv",

@@ -253,7 +253,9 @@ def test_ctrl_c_on_make_run_says_one_line_and_no_traceback(tmp_path):
                             str(tmp_path), "-p", "epochs=200"], cwd=repo, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     assert cli.stdout.readline().startswith("== quickstart: running")  # the kernel's start is under way
-    time.sleep(3)
+    deadline = time.monotonic() + 300
+    while not list(tmp_path.rglob("step-*.pt")) and time.monotonic() < deadline and cli.poll() is None:
+        time.sleep(0.2)  # until the fit has saved its first epoch: Ctrl-C lands in the training
     cli.send_signal(signal.SIGINT)
     out, err = cli.communicate(timeout=120)
     assert cli.returncode == 130, err[-2000:]

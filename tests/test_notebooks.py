@@ -237,7 +237,7 @@ def test_a_data_dir_without_the_expected_files_says_which(tmp_path):
     import papermill
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(papermill.PapermillExecutionError, match=r"holds no train\.csv: expected the Vesuvius layout"):
+    with pytest.raises(papermill.PapermillExecutionError, match=r"lacks train\.csv, test\.csv: this pipeline needs"):
         run_notebook(REPO / "notebooks" / "segmentation_3d.ipynb", {"data_dir": str(empty)},
                      output_dir=tmp_path / "out", progress=False)
 

@@ -213,9 +213,9 @@ def _target(table, target_column: str) -> list:
 
 def _from_subfolders(images: Path):
     paths, names = [], []
-    for sub in sorted(p for p in images.iterdir() if p.is_dir()):
+    for sub in sorted(p for p in images.iterdir() if p.is_dir() and not filecheck.stray(p.name)):
         for path in sorted(sub.iterdir()):
-            if path.suffix.lower() in EXTENSIONS:
+            if path.suffix.lower() in EXTENSIONS and not filecheck.stray(path.name):
                 paths.append(path)
                 names.append(sub.name)
     if not paths:

@@ -15,6 +15,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 TAIL = 1024  # bytes read from a file's end: a PNG's IEND chunk, a JPEG's end-of-image marker
+STRAY = frozenset({".ds_store", "thumbs.db", "desktop.ini", "__macosx", ".ipynb_checkpoints"})
+
+
+def stray(name: str) -> bool:
+    """A file or folder that no competition ships but copies and archives leave beside its files (a
+    Mac's .DS_Store and __MACOSX/, Windows' Thumbs.db, AppleDouble ._ files, a README)."""
+    lowered = name.lower()
+    return lowered in STRAY or lowered.startswith(("._", "readme"))
 
 
 def image_problem(path: Path) -> str | None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..machine import env
 from ..machine.display import notice
+from ..readers import filecheck
 
 
 class DataDirError(FileNotFoundError):
@@ -38,18 +39,18 @@ def resolve(value: str, required: list[str] | tuple[str, ...] = (), table: bool 
 
 
 def _holding(path: Path, value: str, required: list[str]) -> Path:
-    """``path``, or the one folder under it where every required file is."""
-    if all((path / name).exists() for name in required):
-        return path
+    """``path``, or, when it holds nothing but one folder (an archive unpacked into a folder of its
+    own, stray files aside), the folder down that line where the required files are."""
     missing = [name for name in required if not any(path.rglob(name))]
     if missing:
         raise DataDirError(f"data_dir={value!r} lacks {', '.join(missing)}: this pipeline needs "
                            f"{', '.join(required)} somewhere under it.")
-    holders = sorted({p.parent for p in path.rglob(required[0])
-                      if all((p.parent / name).exists() for name in required)})
-    if len(holders) != 1:
-        found = [str(p.parent.relative_to(path)) for p in path.rglob(required[0])][:4]
-        raise DataDirError(f"data_dir={value!r}: {', '.join(required)} are not together in one folder under it "
-                           f"({required[0]} in {found}): give the competition's own folder")
-    notice(f"data_dir={value!r}: the competition's files are in {holders[0]}: reading that folder")
-    return holders[0]
+    here = path
+    while not all((here / name).exists() for name in required):
+        entries = [e for e in here.iterdir() if not filecheck.stray(e.name)]
+        if len(entries) != 1 or not entries[0].is_dir():
+            return path  # the files are spread under it: the pipeline's reader looks for them there
+        here = entries[0]
+    if here != path:
+        notice(f"data_dir={value!r}: the competition's files are in {here}: reading that folder")
+    return here
