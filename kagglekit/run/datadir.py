@@ -1,9 +1,10 @@
 """``data_dir`` as a pipeline reads it: the folder that holds the competition's files.
 
 What users give is not always that folder: the competition's ``train.csv`` itself (copied from a
-file browser), or the folder one level above it (a download unzipped into a folder of its own, or
-Kaggle's input root). Each is read as what it means, said in one line; a folder where the files
-are in several places, or nowhere, is refused naming what it holds.
+file browser), or the folder above it (a download unzipped into a folder of its own). Each is read
+as what it means, said in one line; a folder without the files is refused naming what it lacks. A
+folder whose files are spread over sub-folders (train/ beside test/) is the pipeline reader's to
+search, as before.
 """
 from __future__ import annotations
 
