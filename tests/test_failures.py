@@ -251,7 +251,8 @@ def test_ctrl_c_on_make_run_says_one_line_and_no_traceback(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     cli = subprocess.Popen([sys.executable, "-m", "kagglekit.tools.cli", "run", "quickstart", "--output",
                             str(tmp_path), "-p", "epochs=200"], cwd=repo, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True,  # Ctrl-C's default, as in a terminal: an
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # xdist worker ignores it
     assert cli.stdout.readline().startswith("== quickstart: running")  # the kernel's start is under way
     deadline = time.monotonic() + 300
     while not list(tmp_path.rglob("step-*.pt")) and time.monotonic() < deadline and cli.poll() is None:
