@@ -60,7 +60,7 @@ $(VLLM_STAMP): setup/vllm-requirements.txt setup/torchvision_cpu.py
 	$(PYTHON) -m venv .vllm/venv
 	.vllm/venv/bin/python -m pip install --quiet --disable-pip-version-check -r setup/vllm-requirements.txt
 	.vllm/venv/bin/python -m pip uninstall --quiet -y torchaudio torchcodec
-	.vllm/venv/bin/python setup/torchvision_cpu.py .vllm/venv/bin/python || true
+	.vllm/venv/bin/python setup/torchvision_cpu.py .vllm/venv/bin/python
 	.vllm/venv/bin/python -c "import torchvision, vllm; print('vLLM', vllm.__version__, 'ready in .vllm/venv')"
 	touch $@
 

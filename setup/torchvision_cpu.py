@@ -72,7 +72,8 @@ def install(python: str) -> str:
                                capture_output=True, text=True, check=True).stdout.strip())
     shutil.copyfile(__file__, site / f"{MODULE}.py")
     (site / "kagglekit-torchvision-cpu.pth").write_text(f"import {MODULE}; {MODULE}.arm()\n")
-    check = subprocess.run([python, "-c", "import timm, torchvision; print(torchvision.__version__)"],
+    check = subprocess.run([python, "-c", "import importlib.util, torchvision; print(torchvision.__version__); "
+                                          "importlib.util.find_spec('timm') and __import__('timm')"],  # where it is
                            capture_output=True, text=True)
     if check.returncode != 0:
         raise SystemExit(f"torchvision still fails to import:\n{check.stderr[-2000:]}")
