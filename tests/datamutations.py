@@ -98,37 +98,30 @@ def sample_id_unknown(folder: Path, layout: Layout):
     return folder
 
 
-def file_truncated(folder: Path, layout: Layout):
-    path = _first(folder, layout.files)
+def _one_file(folder: Path, pattern: str, change):
+    """``change`` applied to one file ``pattern`` names (None: the layout has no such files)."""
+    path = _first(folder, pattern)
     if path is None:
         return None
-    data = path.read_bytes()
-    path.write_bytes(data[:max(1, len(data) // 3)])
+    change(path)
     return folder
+
+
+def file_truncated(folder: Path, layout: Layout):
+    return _one_file(folder, layout.files, lambda p: p.write_bytes(p.read_bytes()[:max(1, p.stat().st_size // 3)]))
 
 
 def file_of_another_format(folder: Path, layout: Layout):
-    path = _first(folder, layout.files)
-    if path is None:
-        return None
-    path.write_text("<!DOCTYPE html><html><body>Too many requests</body></html>")
-    return folder
+    return _one_file(folder, layout.files,
+                     lambda p: p.write_text("<!DOCTYPE html><html><body>Too many requests</body></html>"))
 
 
 def file_missing(folder: Path, layout: Layout):
-    path = _first(folder, layout.files)
-    if path is None:
-        return None
-    path.unlink()
-    return folder
+    return _one_file(folder, layout.files, Path.unlink)
 
 
 def test_file_missing(folder: Path, layout: Layout):
-    path = _first(folder, layout.test_files)
-    if path is None:
-        return None
-    path.unlink()
-    return folder
+    return _one_file(folder, layout.test_files, Path.unlink)
 
 
 def stray_files(folder: Path, layout: Layout):
