@@ -70,7 +70,7 @@ def test_a_wrong_keyword_to_fit_in_a_notebook_fails_lint(tmp_path):
     shutil.copy(REPO / "pyproject.toml", tmp_path)  # the lint's own settings ([tool.nbqa.addopts])
     assert folder.is_dir()
     done = subprocess.run([str(Path(sys.executable).parent / "nbqa"), "mypy", "notebooks",
-                           f"--cache-dir={REPO / '.mypy_cache'}", "--no-color-output"],
+                           f"--cache-dir={tmp_path / '.mypy_cache'}", "--no-color-output"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "MYPYPATH": str(REPO)})  # the kit as make lint sees it
     assert done.returncode != 0
