@@ -27,7 +27,7 @@ _FLOORS = {
     "readers": ("decoding", "csvfile", "datasets", "labelsets", "filecheck", "pretrained"),
     "loop": ("train", "epochs", "step", "halving", "fitoptions", "fitstate", "durable", "resuming", "restarts",
              "fallback", "accel", "cudagraph", "guards", "progress", "monitor", "memory", "schedule", "probe",
-             "scalerhealth", "batchsize", "ema"),
+             "scalerhealth", "batchsize", "batchplan", "ema"),
     "score": ("metrics", "evaluate", "scoring", "multilabel", "hillclimb", "stacking", "choice"),
     "submit": ("submission", "serving", "rerunplan", "blend", "oofsources", "export"),
     "run": ("context", "datadir", "report", "scratch", "unit", "params", "contract", "paths", "splitters", "plots",

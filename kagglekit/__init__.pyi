@@ -21,6 +21,7 @@ from .llm import vllmbackend as vllmbackend
 from .llm import vllmcheck as vllmcheck
 from .llm import voting as voting
 from .loop import accel as accel
+from .loop import batchplan as batchplan
 from .loop import batchsize as batchsize
 from .loop import cudagraph as cudagraph
 from .loop import durable as durable
@@ -189,6 +190,7 @@ __all__ = [
     "augment3d",
     "backbones",
     "batches",
+    "batchplan",
     "batchsize",
     "birdnet",
     "blend",

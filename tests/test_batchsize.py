@@ -29,7 +29,9 @@ def test_the_largest_batch_that_fits_is_found_and_kept_under_its_headroom(holds)
 
 def test_a_card_that_holds_the_limit_says_so_and_one_that_holds_nothing_is_refused():
     found = largest_batch(_card(10**6, []), start=8, limit=100)
-    assert found["largest_fit"] == 64 and found["first_out_of_memory"] is None  # 128 is past the limit
+    assert found["largest_fit"] == found["batch"] == 100 and found["first_out_of_memory"] is None  # 128 is past it
+    found = largest_batch(_card(90, []), start=8, limit=100)  # the limit tried, then the edge below it
+    assert found["largest_fit"] == 90 and found["first_out_of_memory"] == 91 and found["batch"] == int(90 * 0.85)
     assert largest_batch(_card(2, []), start=4)["largest_fit"] == 2  # below the start too
     with pytest.raises(RuntimeError, match="not even a per-GPU batch of 1 fits this card"):
         largest_batch(_card(0, []), start=4)

@@ -225,3 +225,41 @@ def test_the_kit_sampler_backend_shards_seeds_through_make_loader(data):
     loader = graph.seed_loader(data, data.train_mask, [5], 64)
     seen = torch.cat([b.n_id[: b.batch_size] for b in loader])
     assert sorted(seen.tolist()) == sorted(data.train_mask.nonzero().view(-1).tolist())
+
+
+def test_loader_workers_sample_with_streams_of_their_own_and_runs_repeat():
+    """Two components alike node for node (node i + n is node i's twin), a batch of each, one loader
+    worker each: a forked worker inherits the training process's generator, so without a stream of
+    its own the twin batches come out sampled alike; with one they differ, and a second run repeats
+    the first."""
+    from torch_geometric.data import Data
+    n = 60
+    src = torch.arange(n).repeat_interleave(n - 1)
+    dst = torch.tensor([j for i in range(n) for j in range(n) if j != i])  # a complete graph, then its twin
+    edges = torch.cat([torch.stack([src, dst]), torch.stack([src, dst]) + n], 1)
+    data = Data(x=torch.zeros(2 * n, 1), y=torch.zeros(2 * n, dtype=torch.long), edge_index=edges)
+    twins = [list(range(8)), list(range(n, n + 8))]
+
+    def sampled():
+        sampler = graph.NeighborSampler(data, [3, 3], seed=0)
+        loader = torch.utils.data.DataLoader(torch.arange(2 * n), batch_sampler=twins, num_workers=2,
+                                             collate_fn=lambda ids: sampler(torch.stack(ids)),
+                                             generator=torch.Generator().manual_seed(0))  # as make_loader's
+        return [(b.n_id % n, b.edge_index) for b in loader]
+    (a_ids, a_edges), (b_ids, b_edges) = first = sampled()
+    assert torch.equal(a_ids[:8], b_ids[:8])  # the twin seeds
+    assert not (torch.equal(a_ids, b_ids) and torch.equal(a_edges, b_edges))  # sampled apart
+    again = sampled()
+    assert all(torch.equal(x, y) for one, two in zip(first, again) for x, y in zip(one, two))
+
+
+def test_the_seed_loader_takes_its_order_seed_and_workers_as_asked(data):
+    """Validation batches in the mask's order, training batches shuffled by ``seed`` (repeats with
+    other seeds see other orders), the sampling in as many loader processes as asked."""
+    mask = data.train_mask
+    first = lambda loader: next(iter(loader)).n_id[:64]  # noqa: E731  # the first batch's seeds
+    in_order = graph.seed_loader(data, mask, [3], 64, train=False, workers=0)
+    assert in_order.num_workers == 0 and torch.equal(first(in_order), mask.nonzero().view(-1)[:64])
+    orders = [first(graph.seed_loader(data, mask, [3], 64, seed=s, workers=0)) for s in (0, 0, 1)]
+    assert torch.equal(orders[0], orders[1]) and not torch.equal(orders[0], orders[2])
+    assert graph.seed_loader(data, mask, [3], 64, workers=2).num_workers == 2

@@ -1,5 +1,5 @@
 """3-D segmentation on the Vesuvius layout: lazy volumes, the ignore label, the threshold
-baseline, the submission check, and the Kaggle parameters' memory on a T4."""
+baseline, the submission check, and the Kaggle parameters' batch on a T4."""
 import io
 import json
 import tracemalloc
@@ -222,14 +222,69 @@ def test_a_cache_budget_smaller_than_the_volumes_caches_what_fits_and_names_the_
     assert again.cached == 2 and again.cached_bytes == 0  # what is cached stays in use
 
 
-def test_the_kaggle_parameters_fit_a_t4_by_the_memory_estimate():
+def test_the_kaggle_batch_is_seed_002s_16_per_t4_counted_under_the_emulation(monkeypatch):
+    """The Kaggle parameters size the batch (0, 0): counted on fake tensors against the emulated T4's
+    15 GiB, the U-Net at its Kaggle patch holds at least the seed's 16, so T4 x2 trains 16 per GPU
+    without accumulation towards the effective 32."""
+    monkeypatch.setenv("KAGGLEKIT_EMULATE", "t4x2")
     params = json.loads((REPO / "kernel-metadata" / "segmentation_3d.json").read_text())["parameters"]
-    unet = notebook_defs("UNet3D")["UNet3D"]
-    patch, batch = params["patch"], params["batch_size"]
-    estimate = kk.memory.training_estimate_gb(lambda: unet(params["width"], params["depth"]),
-                                              (1, patch, patch, patch), batch)
-    assert 1.0 < estimate["total_gb"] < 15.0 * 0.6  # a T4's 15 GB, with room for the allocator
-    assert patch % 2 ** params["depth"] == 0
-    double = kk.memory.training_estimate_gb(lambda: unet(params["width"], params["depth"]),
-                                            (1, patch, patch, patch), 2 * batch)
-    assert double["activations_gb"] == pytest.approx(2 * estimate["activations_gb"])
+    assert (params["batch_size"], params["accumulate"]) == (0, 0)
+    defs = notebook_defs("UNet3D", "surface_loss")
+    patch = params["patch"]
+    found = kk.batchplan.per_gpu_batch(
+        lambda: defs["UNet3D"](params["width"], params["depth"]),
+        lambda b: (torch.rand(b, 1, patch, patch, patch), torch.randint(0, 3, (b, 1, patch, patch, patch)).float()),
+        lambda model, batch: defs["surface_loss"](model(batch[0]), batch[1]), device="cpu", most=32)
+    assert "emulated Tesla T4's 15 GiB (fp16)" in found["how"]
+    assert 16 <= found["largest_fit"] < 32 and found["first_out_of_memory"] == found["largest_fit"] + 1
+    assert 0.8 * 15 * 1024 < found["peak_mb"] <= 15 * 1024  # the largest that fit is near the card's edge
+    assert kk.batchplan.split(32, found["batch"], world=2) == (16, 1)
+    assert kk.batchplan.split(32, 12, world=2) == (8, 2)  # a card that held fewer: accumulation to 32
+
+
+def test_the_notebook_sizes_its_batch_under_the_emulation_and_keeps_the_choice(tmp_path):
+    """batch_size 0 and accumulate 0 under KAGGLEKIT_EMULATE=t4x2: the choice printed, logged, used by
+    both ranks, and kept as a unit: the next version reads it, measures nothing."""
+    import os
+
+    from kagglekit.tools.notebook_runner import run_notebook
+    params = {"smoke": True, "batch_size": 0, "accumulate": 0, "effective_batch": 8, "epochs": 1}
+    os.environ["KAGGLEKIT_EMULATE"] = "t4x2"
+    try:
+        out = run_notebook(NOTEBOOK, params, output_dir=tmp_path / "seg", progress=False)
+        m = json.loads((out / "metrics.json").read_text())
+        printed = json.dumps(json.loads((out / "segmentation_3d.ipynb").read_text())["cells"])
+        again = run_notebook(NOTEBOOK, params, output_dir=out, progress=False)
+    finally:
+        del os.environ["KAGGLEKIT_EMULATE"]
+    found = m["batch_size_found"]
+    assert "counted on fake tensors against the emulated Tesla T4" in found["how"] and found["largest_fit"] == 8
+    assert (m["per_gpu_batch"], m["accumulate"], m["effective_batch"]) == (4, 1, 8)  # 8 over the 2 emulated T4s
+    assert "per-GPU batch 8: counted on fake tensors" in printed
+    assert "4 per GPU x 1 accumulated x 2" in (out / "logs" / "rank0.log").read_text()  # what rank 0 trained with
+    assert json.loads((again / "metrics.json").read_text())["chain"]["cache:batch-size"] == "hit"
+
+
+def test_a_step_is_counted_with_its_weights_gradients_moments_and_activations(monkeypatch):
+    """One Linear layer's step on fake tensors: 16 bytes a parameter (weight, gradient, AdamW's two
+    moments) plus what grows with the batch; a batch past the emulated card's memory is its
+    out-of-memory, so the search stops where the count says."""
+    from dataclasses import replace
+
+    from kagglekit.loop import batchplan
+    from kagglekit.machine import emulate
+    d = 512
+    counted = [batchplan.counted_step_bytes(lambda: nn.Linear(d, d, bias=False), lambda b: (torch.rand(b, d),),
+                                            lambda model, batch: model(batch[0]).square().mean(), b, False)
+               for b in (64, 128)]
+    # weights, gradients, AdamW's two moments; the step's temporaries (foreach's of parameter size) and the
+    # activations on top, never a second count of them
+    assert 16 * d * d < counted[0] < 16 * d * d + 3 * 4 * d * d + 4 * 64 * d * 4
+    assert counted[1] - counted[0] >= 64 * d * 4  # the input rows at least
+    small = replace(emulate.MACHINES["t4x2"], card=replace(emulate.T4, memory_gib=counted[0] / 2**30))
+    monkeypatch.setitem(emulate.MACHINES, "t4x2", small)
+    monkeypatch.setenv("KAGGLEKIT_EMULATE", "t4x2")
+    found = batchplan.per_gpu_batch(lambda: nn.Linear(d, d, bias=False), lambda b: (torch.rand(b, d),),
+                                    lambda model, batch: model(batch[0]).square().mean(), device="cpu", most=1024,
+                                    precision="fp32")
+    assert found["largest_fit"] == 64 and found["first_out_of_memory"] == 65

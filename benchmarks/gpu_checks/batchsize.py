@@ -32,8 +32,13 @@ def check():
         amp.scaler.update()
         optimizer.zero_grad(set_to_none=True)
     found = kk.batchsize.largest_batch(step, start=2, limit=256, device=device)
+    # what the emulation counts on fake tensors for the same step, beside the card's own peak
+    counted = kk.batchplan.counted_step_bytes(
+        lambda: seg.UNet3D(seg.width, seg.depth), lambda b: (torch.rand(b, 1, seg.patch, seg.patch, seg.patch),),
+        lambda m, batch: m(batch[0]).float().mean(), found["largest_fit"], half=amp.name != "fp32")
     facts = {"patch": seg.patch, "width": seg.width, "depth": seg.depth, "precision": amp.name,
-             "kaggle_batch_size": seg.batch_size, **{k: found[k] for k in ("batch", "largest_fit", "peak_mb")}}
+             "kaggle_batch_size": seg.batch_size, **{k: found[k] for k in ("batch", "largest_fit", "peak_mb")},
+             "counted_mb_at_largest_fit": round(counted / 2**20, 1)}
     return found["largest_fit"] >= 1, facts
 
 

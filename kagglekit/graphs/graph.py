@@ -34,16 +34,29 @@ class NeighborSampler:
         self.nbr = src[order]  # neighbours grouped by the node they point to
         self.rowptr = torch.zeros(n + 1, dtype=torch.long)
         self.rowptr[1:] = torch.cumsum(torch.bincount(dst, minlength=n), 0)
-        self.data, self.fanouts, self.n = data, list(fanouts), n
+        self.data, self.fanouts, self.n, self.seed = data, list(fanouts), n, seed
         self.generator = torch.Generator().manual_seed(seed)
+        self._worker: tuple[int, torch.Generator] | None = None
 
-    def _hop(self, frontier: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _stream(self) -> torch.Generator:
+        """The random stream of this process: in a loader worker, one of its own (a forked worker
+        inherits the training process's generator, and two workers would draw the same numbers for
+        their batches), seeded by the worker's seed, which the loader draws from its own seeded
+        generator: runs repeat, whatever the number of workers."""
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return self.generator
+        if self._worker is None or self._worker[0] != info.seed:
+            self._worker = (info.seed, torch.Generator().manual_seed((info.seed + self.seed) % 2**63))
+        return self._worker[1]
+
+    def _hop(self, frontier: torch.Tensor, k: int, stream: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """(targets, neighbours): up to ``k`` distinct neighbours of each frontier node."""
         deg = self.rowptr[frontier + 1] - self.rowptr[frontier]
         seg = torch.repeat_interleave(torch.arange(len(frontier)), deg)
         first = torch.repeat_interleave(self.rowptr[frontier] - torch.cumsum(deg, 0) + deg, deg)
         edge = first + torch.arange(len(seg))
-        keys = seg.double() + torch.rand(len(seg), generator=self.generator, dtype=torch.double)
+        keys = seg.double() + torch.rand(len(seg), generator=stream, dtype=torch.double)
         edge, seg = edge[torch.argsort(keys)], seg[torch.argsort(keys)]
         start = torch.cumsum(deg, 0) - deg
         rank = torch.arange(len(seg)) - start[seg]
@@ -56,9 +69,9 @@ class NeighborSampler:
         local = torch.full((self.n,), -1, dtype=torch.long)
         local[seeds] = torch.arange(len(seeds))
         n_id, rows, cols, frontier = [seeds], [], [], seeds
-        count = len(seeds)
+        count, stream = len(seeds), self._stream()
         for k in self.fanouts:
-            targets, nbrs = self._hop(frontier, k)
+            targets, nbrs = self._hop(frontier, k, stream)
             fresh = torch.unique(nbrs[local[nbrs] < 0])
             local[fresh] = torch.arange(count, count + len(fresh))
             count += len(fresh)
@@ -75,16 +88,18 @@ class NeighborSampler:
 
 
 def seed_loader(data, mask: torch.Tensor, fanouts: list[int], batch_size: int, *,
-                train: bool = True, seed: int = 0, device="cpu", workers: int = 0):
+                train: bool = True, seed: int = 0, device="cpu", workers: int | None = None):
     """Mini-batches of sampled neighbourhoods around the nodes in ``mask``: the seeds go
     through ``make_loader``, so they are sharded over DDP ranks and a mid-epoch resume
-    continues with the next batch; ``workers``: sampling in that many loader processes (0: in
-    the training process). (PyG's NeighborLoader needs pyg-lib or torch-sparse, which neither
-    PyPI nor Kaggle's image has.)"""
+    continues with the next batch; ``workers``: sampling in that many loader processes, off the
+    training loop (None: as many as ``make_loader`` gives a process: NUM_WORKERS, else the CPUs
+    per GPU; 0: in the training process). (PyG's NeighborLoader needs pyg-lib or torch-sparse,
+    which neither PyPI nor Kaggle's image has.)"""
     from ..parallel.loaders import make_loader
     seeds = mask.nonzero().view(-1)
     sampler = NeighborSampler(data, fanouts, seed)
-    return make_loader(seeds, batch_size,  # type: ignore[arg-type]  # a tensor is indexable train=train, seed=seed, device=device, num_workers=workers,
+    return make_loader(seeds, batch_size,  # type: ignore[arg-type]  # a tensor is indexable
+                       train=train, seed=seed, device=device, num_workers=workers,
                        collate_fn=lambda ids: sampler(torch.stack(ids) if isinstance(ids, list)
                                                       else ids), drop_last=False)
 
@@ -143,7 +158,7 @@ class FullBatch:
 
 def node_batches(data, mask: torch.Tensor, fanouts: list[int], batch_size: int, *,
                  full_batch: bool, steps_between_evals: int = 1, seed: int = 0, device="cpu",
-                 workers: int = 0):
+                 workers: int | None = None):
     """Training batches around the nodes of ``mask``: the whole graph (``FullBatch``)
     when ``full_batch``, else neighbour-sampled mini-batches (``seed_loader``, sampled in
     ``workers`` loader processes)."""
@@ -194,5 +209,6 @@ def link_batches(data, batch_size: int, fanouts: list[int], seed: int, device):
         return LinkBatch(sampler(nodes), inverse[:, : pos.shape[1]], inverse[:, pos.shape[1]:])
 
     edges = torch.arange(data.edge_index.shape[1])
-    return make_loader(edges, min(batch_size, len(edges)),  # type: ignore[arg-type]  # a tensor is indexable seed=seed, device=device,
+    return make_loader(edges, min(batch_size, len(edges)),  # type: ignore[arg-type]  # a tensor is indexable
+                       seed=seed, device=device,
                        num_workers=0, collate_fn=collate)

@@ -4,7 +4,8 @@
 optimizer step at that per-GPU batch) with batches doubling from ``start`` until one runs out of
 CUDA memory or ``limit`` is reached, then searches between the last that fit and the first that
 did not; the answer is the largest that fit, less ``headroom`` (a share kept for what a real
-run adds: validation, the allocator's fragmentation, the other rank's loader). Under
+run adds: validation, the allocator's fragmentation, the other rank's loader), or ``limit`` itself
+when the card held it (no out-of-memory edge was seen to keep a share from). Under
 ``KAGGLEKIT_AS=t4`` the card's memory is capped at the T4's 15 GiB (``machine.ascard``), so a
 bigger card answers for a T4. Each try's outcome is in the record (``tries``), with the memory
 the largest took (``peak_mb``), for metrics.json or RESULTS.md.
@@ -33,7 +34,9 @@ def largest_batch(step: Callable[[int], None], *, start: int = 1, limit: int = 4
         else:
             fails = size
             break
-    low, high = fits, fails if fails is not None else None
+    if fails is None and 0 < fits < limit:  # doubling stepped over the limit: the limit itself
+        fits, fails = (limit, None) if _fits(step, limit, tries, device) else (fits, limit)
+    low, high = fits, fails
     while high is not None and high - low > 1:  # between the last that fit and the first that did not
         middle = (low + high) // 2
         if _fits(step, middle, tries, device):
@@ -44,7 +47,8 @@ def largest_batch(step: Callable[[int], None], *, start: int = 1, limit: int = 4
         raise RuntimeError("not even a per-GPU batch of 1 fits this card: a smaller model, fp16, "
                            "activation checkpointing or a shorter input")
     peak = next((t["peak_mb"] for t in tries if t["batch"] == low and t["fits"]), None)
-    return {"batch": max(1, int(low * (1 - headroom))), "largest_fit": low, "first_out_of_memory": high,
+    batch = low if high is None else max(1, int(low * (1 - headroom)))  # held the limit: no edge seen
+    return {"batch": batch, "largest_fit": low, "first_out_of_memory": high,
             "headroom": headroom, "peak_mb": peak, "tries": tries}
 
 

@@ -109,30 +109,3 @@ def release_host() -> None:
     trim = getattr(_LIBC, "malloc_trim", None)
     if trim is not None:
         trim(0)
-
-
-def training_estimate_gb(make_model, input_shape: tuple, batch: int, probe: int = 16,
-                         half_precision: bool = True) -> dict:
-    """GPU memory one training step of ``make_model()`` needs per GPU, estimated on the CPU.
-
-    The activations autograd saves for backward are measured on a small probe input
-    (edge ``probe`` for each spatial axis of ``input_shape``, channels first) and scaled
-    by voxels and ``batch``; half precision halves them (AMP keeps most in fp16).
-    Weights, gradients and Adam's two moments take 16 bytes a parameter. No CUDA needed:
-    plan a patch size and batch for a T4 (15 GB usable) before renting one.
-    """
-    model = make_model()
-    saved = 0
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        nonlocal saved
-        saved += t.numel() * t.element_size()
-        return t
-    channels, *spatial = input_shape
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(torch.zeros(1, channels, *(probe,) * len(spatial))).float().sum()
-    scale = batch * torch.tensor(spatial, dtype=torch.float64).prod().item() / probe ** len(spatial)
-    activations = saved * scale * (0.5 if half_precision else 1.0)
-    state = 16 * sum(p.numel() for p in model.parameters())
-    return {"activations_gb": activations / 1e9, "weights_and_optimizer_gb": state / 1e9,
-            "total_gb": (activations + state) / 1e9}
