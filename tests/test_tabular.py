@@ -276,7 +276,8 @@ def _notebook_metrics(out):
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_the_tabular_notebook_on_a_playground_layout_and_another_kernels_oofs_join_it(tmp_path, monkeypatch):
-    """On T4 x2 emulated: the Playground layout with its original data set and pseudo-labels; a
+    """On T4 x2 emulated: the Playground layout with its original data set, pseudo-labels and an MLP
+    student of the GBDTs (both from each fold's own teachers, kk.distill); a
     second kernel's OOFs (other models, the same folds) join the hill climb and the stack of the
     first, whose own models are found stored."""
     from test_notebooks import assert_reads_as_a_report
@@ -286,10 +287,12 @@ def test_the_tabular_notebook_on_a_playground_layout_and_another_kernels_oofs_jo
     folder = playground.write(tmp_path / "s5e6", rows=500, test_rows=150)
     original = playground.write_original(tmp_path / "original" / "Fertilizer Prediction.csv")
     notebook = os.path.join(os.path.dirname(__file__), "..", "notebooks", "tabular.ipynb")
-    params = {"smoke": True, "data_dir": str(folder), "original_csv": str(original), "pseudo_labels": 0.3}
+    params = {"smoke": True, "data_dir": str(folder), "original_csv": str(original), "pseudo_labels": 0.3,
+              "student": True}
     out = run_notebook(notebook, params, output_dir=tmp_path / "first", progress=False)
     first = _notebook_metrics(out)
-    models = {"lightgbm", "xgboost", "catboost", "mlp", "linear", "lightgbm+pl", "xgboost+pl", "catboost+pl"}
+    models = {"lightgbm", "xgboost", "catboost", "mlp", "linear", "lightgbm+pl", "xgboost+pl", "catboost+pl",
+              "mlp+student"}
     rows = {r["model"]: r for r in first["models"]}
     assert models <= set(rows) and {"hill_climb", "stack"} <= set(rows)
     assert rows["xgboost"]["device"] == rows["catboost"]["device"] == "cuda (emulated: ran on the CPU)"
@@ -350,3 +353,12 @@ def test_on_real_data_the_notebooks_models_score_as_plain_calls_on_the_same_fold
         assert min(rows["lightgbm"], rows["linear"], held_out) > 0.98
     else:
         assert 50 < rows["linear"] < 57 and held_out < 62
+
+
+def test_a_student_without_its_mlp_is_refused_before_any_model_trains(tmp_path):
+    from kagglekit.tools.notebook_runner import run_notebook
+    notebook = os.path.join(os.path.dirname(__file__), "..", "notebooks", "tabular.ipynb")
+    with pytest.raises(Exception, match=r"student=True trains an MLP taught by the GBDTs: add mlp to models='lightgb"):
+        run_notebook(notebook, {"smoke": True, "student": True, "models": "lightgbm"}, output_dir=tmp_path / "run",
+                     progress=False)
+    assert not list(tmp_path.rglob("cache/*.pt")) and not list(tmp_path.rglob("folds"))  # nothing trained
