@@ -30,18 +30,19 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BUDGET_S = 480  # a lent card's 15 minutes hold its start, the bundle's install, this and one rerun
-# In the order a visit must not lose: the figures first (precision per model, CUDA graphs, the two
-# ranks' restart), then what guards a run (resume, OOM, the GPU tests, LoRA's fp16, the batch
-# finder), the notebooks' smoke last with what is left. Limits from the lent cards' own times
-# (H100 2026-11-27, H200 2026-11-29: precision 33-53 s, graphs 21 s, nccl 20-52 s, resume 30-49 s,
-# oom 31 s, gpu_tests 17-34 s, lora 38 s); they sum to BUDGET_S.
-CHECKS = (("precision", 55), ("graphs", 30), ("nccl", 55), ("resume", 55), ("oom", 40), ("gpu_tests", 35),
-          ("lora", 45), ("batchsize", 35), ("notebooks", 130))
+# In the order a visit must not lose: the figures first (precision per model, CUDA graphs, the
+# optimisations no other check measures, the two ranks' restart), then what guards a run (resume,
+# OOM, the GPU tests, LoRA's fp16, the batch finder), the notebooks' smoke last with what is left.
+# Limits from the lent cards' own times (H100 2026-11-27, H200 2026-11-29: precision 33-53 s, graphs
+# 21 s, nccl 20-52 s, resume 30-49 s, oom 31 s, gpu_tests 17-34 s, lora 38 s; optimisations never
+# ran on a card: its own deadline names what it had no time for); they sum to BUDGET_S.
+CHECKS = (("precision", 55), ("graphs", 30), ("optimisations", 60), ("nccl", 55), ("resume", 55), ("oom", 40),
+          ("gpu_tests", 35), ("lora", 45), ("batchsize", 35), ("notebooks", 70))
 EXTRAS = (("plumbing", 45), ("timm_backbone", 120))  # passed on a card already: --only names them
 CANNOT = ("two NCCL ranks and cuda:1 (one card)", "the T4's own speed and numerics",
           "PCIe between two cards", "Kaggle's 4 vCPUs and 29 GB host memory")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_checks import setup  # noqa: E402 (this folder's)
+from gpu_checks import seedtable, setup  # noqa: E402 (this folder's)
 
 
 def run_check(name: str, limit_s: int, env: dict) -> dict:
@@ -82,6 +83,7 @@ def block(found: dict, results: list[dict]) -> str:
         lines.append(f"| {r['check']} | {'pass' if r['ok'] else 'FAIL'} | {r['seconds']} | "
                      f"{json.dumps(figures, default=str)[:600]} |")
     drift = "; ".join(f"{k} {a} (pinned {b})" for k, (a, b) in found["drift"].items()) or "none"
+    lines += ["", "The guide's optimisations on this card (the seeds' rows):", "", *seedtable.table(results)]
     lines += ["", f"Drift from the project's pins: {drift}.",
               f"What one card cannot check: {'; '.join(CANNOT)}.", ""]
     return "\n".join(lines)
@@ -104,6 +106,10 @@ def check(args, out: Path, target: Path) -> int:
     installed = setup.install(Path(args.bundle), target, dry_run=args.dry_run)
     env = setup.child_env(target)
     found = {"bundle": installed, **setup.versions(env)}
+    wanted = [c for c in CHECKS + EXTRAS if (c in CHECKS and not args.only) or c[0] in args.only.split(",")]
+    found["plan"] = dict(wanted)
+    print(f"gpu-check plan: {', '.join(f'{name} {limit} s' for name, limit in wanted)}: "
+          f"{sum(limit for _, limit in wanted)} s of the visit's {BUDGET_S}", flush=True)
     if args.dry_run or not found["versions"].get("cuda_available"):
         found["dry_run"] = setup.dry_run(env, REPO)
         (out / "report.json").write_text(json.dumps(found, indent=1, default=str) + "\n")
@@ -113,7 +119,6 @@ def check(args, out: Path, target: Path) -> int:
               f"{found['dry_run']['imports']} modules imported, the {found['dry_run']['notebook']} "
               f"smoke {'ran' if ok else 'FAILED'} ({found['dry_run']['seconds']} s). Report: {out / 'report.json'}")
         return 0 if ok else 1
-    wanted = [c for c in CHECKS + EXTRAS if (c in CHECKS and not args.only) or c[0] in args.only.split(",")]
     results, visit_ends = [], time.monotonic() + BUDGET_S
     for name, limit_s in wanted:
         left = int(visit_ends - time.monotonic())

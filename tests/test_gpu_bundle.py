@@ -16,6 +16,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 @pytest.mark.e2e  # the check's environment end to end: built, installed, a notebook run in it
 def test_the_bundle_holds_what_the_device_lacks_and_its_dry_run_installs_imports_and_runs_a_smoke(tmp_path):
     """One build for both checks (building it takes half a minute of a worker)."""
+    import gpu_check
     from gpu_checks import setup
     bundle = tmp_path / "bundle"
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_bundle.py"), "--out", str(bundle)],
@@ -36,6 +37,8 @@ def test_the_bundle_holds_what_the_device_lacks_and_its_dry_run_installs_imports
     assert done.returncode == 0 and "no CUDA" in done.stdout, done.stdout + done.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     assert report["dry_run"]["ok"] and report["dry_run"]["imports"] >= 15
+    assert "gpu-check plan: precision 55 s, graphs 30 s, optimisations 60 s," in done.stdout  # each check's budget
+    assert report["plan"] == dict(gpu_check.CHECKS) and sum(report["plan"].values()) <= 480
     assert report["bundle"]["installed"] + report["bundle"]["checked_by_tag"] == len(manifest["wheels"])
 
 
@@ -70,10 +73,31 @@ def test_one_visit_s_checks_fit_eight_minutes_and_each_knows_its_own_deadline(tm
     and each check is told its limit (less a margin) to keep its own deadline inside it."""
     import gpu_check
     assert sum(limit for _, limit in gpu_check.CHECKS) <= gpu_check.BUDGET_S == 480
-    assert [name for name, _ in gpu_check.CHECKS][:3] == ["precision", "graphs", "nccl"]  # the figures first
+    assert [name for name, _ in gpu_check.CHECKS][:4] == ["precision", "graphs", "optimisations", "nccl"]  # figures
     checks = tmp_path / "benchmarks" / "gpu_checks"
     checks.mkdir(parents=True)
     (checks / "told.py").write_text("import json, os\nprint('RESULT ' + json.dumps({'ok': True, 'deadline': "
                                     "os.environ['KAGGLEKIT_CHECK_DEADLINE_S']}))\n")
     monkeypatch.setattr(gpu_check, "REPO", tmp_path)
     assert gpu_check.run_check("told", 40, None)["deadline"] == "25"
+
+
+def test_the_report_holds_the_seeds_rows_and_names_what_a_short_visit_did_not_measure():
+    """The dated block carries one row per optimisation of the guide, its gain read from the check
+    that measured it; a check cut short leaves its rows "not measured this visit", never empty."""
+    import gpu_check
+    results = [
+        {"check": "precision", "ok": True, "seconds": 40, "rows": [{"workload": "U-Net", "fp16_speedup": 3.8}]},
+        {"check": "graphs", "ok": True, "seconds": 20, "graph_over_sync": 1.81},
+        {"check": "optimisations", "ok": False, "seconds": 60, "error": "no verdict (over 60 s)",
+         "gnn": {"against_none": {"accumulate=2": {"step": 1.7, "wait": 1.1, "memory": 1.0},
+                                  "grad_checkpointing": {"step": 1.3, "wait": 1.0, "memory": 0.62}}}},
+    ]
+    found = {"versions": {"device": "a card"}, "drift": {}}
+    text = gpu_check.block(found, results)
+    assert "| mixed precision (fp16 + GradScaler), samples/s | U-Net x3.8 | precision |" in text
+    assert "| CUDA graphs, the utilisation study's cycles/s | x1.81 | graphs |" in text
+    assert "| activation checkpointing, the GNN's peak memory | x0.62 memory | optimisations |" in text
+    assert "| gradient accumulation 2, the GNN's step | x1.7 step time | optimisations |" in text
+    for cut_short in ("torch.compile, the GNN's step", "cuDNN autotuning, the U-Net's step", "the second GPU"):
+        assert f"| {cut_short} | not measured this visit |" in text
