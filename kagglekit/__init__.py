@@ -28,7 +28,7 @@ _FLOORS = {
     "loop": ("train", "epochs", "step", "halving", "fitoptions", "fitstate", "durable", "resuming", "restarts",
              "fallback", "accel", "cudagraph", "guards", "progress", "monitor", "memory", "schedule", "probe",
              "scalerhealth", "batchsize", "batchplan", "ema"),
-    "score": ("metrics", "evaluate", "scoring", "multilabel", "hillclimb", "stacking", "choice"),
+    "score": ("metrics", "evaluate", "scoring", "multilabel", "hillclimb", "stacking", "choice", "probabilities"),
     "submit": ("submission", "serving", "rerunplan", "blend", "oofsources", "export"),
     "run": ("context", "datadir", "report", "scratch", "unit", "params", "contract", "paths", "splitters", "plots",
             "foldresults", "oofio", "turns", "folds", "workpool", "zoo", "distill", "rounds"),

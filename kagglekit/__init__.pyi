@@ -96,6 +96,7 @@ from .score import evaluate as evaluate
 from .score import hillclimb as hillclimb
 from .score import metrics as metrics
 from .score import multilabel as multilabel
+from .score import probabilities as probabilities
 from .score import scoring as scoring
 from .score import stacking as stacking
 from .search import boosting as boosting
@@ -276,6 +277,7 @@ __all__ = [
     "postprocess3d",
     "precision",
     "pretrained",
+    "probabilities",
     "probe",
     "progress",
     "prompts",

@@ -95,3 +95,35 @@ def test_rounds_killed_in_round_two_resume_there_bitwise_under_the_t4x2_emulatio
     assert trained[:2] == ["digits-round2-fold1", "digits-round2-fold2"], again.stdout[-2000:]
     assert not [t for t in trained if t.startswith("digits-round1") or t == "digits-round2-fold0"]
     assert [line for line in again.stdout.splitlines() if line.startswith("ROUNDS")] == finished
+
+
+def test_a_students_rows_are_its_labelled_ones_then_the_pool_with_its_teachers_probabilities():
+    """``Taught`` reads rows by index: fold k's labelled rows (hard label, one-hot) then the pool (no hard
+    label, fold k's teacher's probabilities), which ``loss`` trains on; a pool without one soft label a
+    row is refused."""
+    import torch
+
+    from kagglekit.run import distill
+    inputs, pool = torch.arange(10).float()[:, None], 100 + torch.arange(4).float()[:, None]
+    labels = torch.tensor([0, 1, 2] * 3 + [0])
+    soft = np.array([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]])
+    taught = distill.Taught(inputs, labels, np.array([3, 5]), pool, np.array([2, 0]), soft, 3)
+    rows = [taught[i] for i in range(len(taught))]
+    assert len(taught) == 4 and [float(x) for x, _, _ in rows] == [3.0, 5.0, 102.0, 100.0]
+    assert [int(h) for _, h, _ in rows] == [0, 2, -1, -1]
+    assert torch.equal(rows[1][2], torch.tensor([0.0, 0.0, 1.0]))
+    assert torch.allclose(rows[2][2], torch.tensor(soft[0]).float())
+    x, hard, target = (torch.stack(c) for c in zip(*rows))
+    model = torch.nn.Linear(1, 3)
+    assert torch.isfinite(distill.loss()(model, (x, hard, target)))
+    with pytest.raises(distill.DistillError, match="3 pool rows and 2 soft labels"):
+        distill.Taught(inputs, labels, np.array([3]), pool, np.array([0, 1, 2]), soft, 3)
+
+
+def test_a_students_cpu_time_per_row_is_measured_beside_its_teachers():
+    import torch
+
+    from kagglekit.run import distill
+    wide = torch.nn.Sequential(torch.nn.Linear(64, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 10))
+    timed = distill.prediction_ms({"teacher": wide, "student": torch.nn.Linear(64, 10)}, torch.randn(256, 64))
+    assert set(timed) == {"teacher", "student"} and 0 < timed["student"] < timed["teacher"]

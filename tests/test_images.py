@@ -174,20 +174,23 @@ def packaged_backbone(tmp_path_factory):
 def test_the_notebook_fine_tunes_a_pretrained_backbone_beside_its_frozen_probe(tmp_path, packaged_backbone):
     """The image notebook's pretrained path at its smoke size: real ImageNet weights attached by
     model_dir, the defaults a pretrained body takes chosen and said, the folds and the frozen features
-    keyed by the backbone's identity, fine-tuning and the probe on the same folds, a checked submission."""
+    keyed by the backbone's identity, fine-tuning and the probe on the same folds, a checked submission; a
+    small CNN taught by its folds (student_width), timed on the CPU beside it."""
     import json
     from pathlib import Path
 
     from kagglekit.tools.notebook_runner import run_notebook
     notebook = Path(__file__).resolve().parents[1] / "notebooks" / "image_classification.ipynb"
     out = tmp_path / "run"
-    run_notebook(notebook, {"smoke": True, "model_dir": str(packaged_backbone), "image_size": 32},
+    run_notebook(notebook, {"smoke": True, "model_dir": str(packaged_backbone), "image_size": 32, "student_width": 4},
                  output_dir=out, progress=False)
     executed = (out / "image_classification.ipynb").read_text()
     assert "body_lr=0.3: the defaults for a pretrained body" in executed
     assert "backbone: timm tf_efficientnet_lite0" in executed
     metrics = json.loads((out / "metrics.json").read_text())
-    assert {"cnn", "cnn_no_ema", "frozen_features", "svc_pixels"} <= set(metrics["scores"])
+    assert {"cnn", "cnn_no_ema", "frozen_features", "svc_pixels", "student"} <= set(metrics["scores"])
+    rerun = metrics["rerun_ms_per_image"]  # the pretrained teacher against its small CNN student, on the CPU
+    assert 0 < rerun["student"] < rerun["teacher"] / 3, rerun
     assert metrics["config"]["model_dir"] == str(packaged_backbone)
     assert (out / "submission.csv").exists() and metrics["submission"]
 
@@ -308,3 +311,15 @@ def test_the_notebook_on_a_multi_label_folder_submits_checked_label_sets(tmp_pat
         assert shown.map(len).mean() > 1.2  # several labels where the images show several
     else:
         assert submission[list(imagesets.WORDS)].stack().between(0, 1).all()
+
+
+def test_a_student_of_a_multi_label_folder_is_refused_before_any_training(tmp_path):
+    from pathlib import Path
+
+    from kagglekit.tools.notebook_runner import run_notebook
+    folder = imagesets.write_multilabel(tmp_path / "pairs", "tags")
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "image_classification.ipynb"
+    with pytest.raises(Exception, match="the student learns one class per image and these images have several"):
+        run_notebook(notebook, {"smoke": True, "data_dir": str(folder), "target_column": "tags", "multi_label": True,
+                                "student_width": 4}, output_dir=tmp_path / "run", progress=False)
+    assert not list((tmp_path / "run").rglob("checkpoints/*/*"))  # nothing trained

@@ -18,7 +18,8 @@ For the student's fold k:
 
 A teacher whose folds are not the student's, or unknown (trained on every labelled row), is refused
 before any training, naming both (``check_folds``): its soft labels would carry the student's
-validation rows. ``loss`` is the distillation loss a notebook hands ``fit``.
+validation rows. ``loss`` is the distillation loss a notebook hands ``fit``, ``Taught`` the rows it
+reads, ``prediction_ms`` what a student saves a CPU rerun.
 """
 from __future__ import annotations
 
@@ -109,3 +110,45 @@ def loss(temperature: float = 2.0, mix: float = 0.5):
         weight = torch.where(labelled, torch.full_like(kl, mix), torch.ones_like(kl))
         return ((weight * kl).sum() * temperature ** 2 + (1 - mix) * ce) / len(x)
     return distill_loss
+
+
+class Taught:
+    """A student's fold as (x, hard, soft) rows for ``loss``: its labelled training rows first
+    (``inputs[rows]``, their labels, the labels as probabilities), then the pool's (``pool[pool_rows]``,
+    no hard label: -1, the teacher's probabilities ``soft``). Rows are read by index, never copied."""
+
+    def __init__(self, inputs, labels, rows, pool, pool_rows, soft, classes: int):
+        import torch
+        self.inputs, self.labels, self.rows, self.pool, self.pool_rows = inputs, labels, rows, pool, pool_rows
+        self.soft, self.classes = torch.as_tensor(np.asarray(soft), dtype=torch.float32), classes
+        if len(self.soft) != len(pool_rows):
+            raise DistillError(f"{len(pool_rows)} pool rows and {len(self.soft)} soft labels: one per row")
+
+    def __len__(self) -> int:
+        return len(self.rows) + len(self.pool_rows)
+
+    def __getitem__(self, i: int):
+        import torch
+        if i < len(self.rows):
+            label = torch.as_tensor(self.labels[self.rows[i]]).long()
+            return self.inputs[self.rows[i]], label, torch.nn.functional.one_hot(label, self.classes).float()
+        j = i - len(self.rows)
+        return self.pool[self.pool_rows[j]], torch.tensor(-1), self.soft[j]
+
+
+def prediction_ms(models: dict, inputs, repeats: int = 3) -> dict:
+    """Milliseconds per row of each ``model(inputs)`` on the CPU in fp32 without gradients, the best
+    of ``repeats``: what a CPU rerun pays per test row, a student's beside its teacher's."""
+    import time
+
+    import torch
+    timed = {}
+    with torch.no_grad():
+        for name, model in models.items():
+            model, best = model.cpu().float().eval(), float("inf")
+            for _ in range(repeats):
+                started = time.perf_counter()
+                model(inputs)
+                best = min(best, time.perf_counter() - started)
+            timed[name] = round(1e3 * best / len(inputs), 4)
+    return timed
