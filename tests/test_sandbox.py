@@ -174,8 +174,8 @@ def _check_the_inference_kernel(bench, trained: str) -> None:
         working = bench.work / infer / version / "working"
         metrics = json.loads((working / "metrics.json").read_text())
         folds = 1 if trained == "segmentation_3d" else _folds(trained)  # one training, or the text's folds
-        # segmentation: the post-processing's and the training unit's cache entries (2 files each)
-        choices = 4 if trained == "segmentation_3d" else 0
+        # segmentation: the post-processing's, the batch size's and the training unit's cache entries (2 files each)
+        choices = 6 if trained == "segmentation_3d" else 0
         assert [p["files"] for p in metrics["published"]] == [2 * folds + 1 + choices]  # + sidecars, metrics
         slug = f"kagglekit-{trained.replace('_', '-')}-weights"
         mount = f"datasets/sandbox/{slug}" if trained == "segmentation_3d" else \
