@@ -21,7 +21,7 @@ from kagglekit.images import folder as images, imagesets
 from kagglekit.readers import csvfile, filecheck
 from kagglekit.run import datadir
 from kagglekit.score import scoring
-from kagglekit.tables import competition, playground
+from kagglekit.tables import competition, folder as tables, playground
 from kagglekit.text import textsets, translation
 from kagglekit.volumes import folder as volumes
 
@@ -38,6 +38,7 @@ class Pipeline:
     test_ids: Callable  # what was read -> the ids the submission will hold
     layout: Layout
     wrong: Callable = lambda read: []  # what was read -> what is wrong with it (a class "", a file it cannot decode)
+    table: bool = False  # its data_dir may be the table itself (run.data_dir(table=True))
 
 
 def _unreadable(paths, check) -> list[str]:
@@ -48,6 +49,14 @@ def _blank_classes(classes) -> list[str]:
     blank = [c for c in classes if str(c).strip() in ("", "nan", "None")]
     return ([f"a class of no name: {blank[:2]}"] * bool(blank)
             + [f"one class only: {list(classes)}"] * (len(classes) < 2))
+
+
+def _quickstart(given: Path):
+    """quickstart's reading of a competition: train.csv's classes, then test.csv through the same steps."""
+    dataset, info = tables.read_labelled(given, "Fertilizer Name")
+    folder = given if given.is_dir() else given.parent
+    test_frame, _ = tables.read_test(folder, info["prep"]) if any(folder.rglob("sample_submission.csv")) else (None, None)
+    return dataset, info, test_frame
 
 
 def _tabular(folder: Path):
@@ -81,6 +90,10 @@ PIPELINES = (
     Pipeline("tabular", ('run.data_dir(["train.csv", "test.csv", "sample_submission.csv"])', "kk.competition.read("),
              lambda d: playground.write(d, 300, 100, 0), ("train.csv", "test.csv", "sample_submission.csv"),
              _tabular, lambda c: list(c.test_ids), Layout("Fertilizer Name"), lambda c: _blank_classes(c.classes)),
+    Pipeline("quickstart", ("run.data_dir(table=True)", "kk.tables.read_labelled(", "kk.tables.read_test("),
+             lambda d: playground.write(d, 300, 100, 0), (), _quickstart,
+             lambda r: [] if r[2] is None else list(r[2]["id"]), Layout("Fertilizer Name"),
+             lambda r: _blank_classes(r[1]["classes"]), table=True),
     Pipeline("segmentation_3d", ('run.data_dir(["train.csv", "test.csv"])', "kk.volumes.read_layout("),
              lambda d: volumes.write_synthetic(d, [16, 16, 24], [16], seed=0), ("train.csv", "test.csv"),
              volumes.read_layout, lambda c: list(c.test_ids),
@@ -93,7 +106,7 @@ PIPELINES = (
 def outcome(pipeline: Pipeline, given: Path) -> tuple[str, str]:
     """("handled" | "refused" | "FAIL", what was said)."""
     try:
-        folder = datadir.resolve(str(given), pipeline.required)
+        folder = datadir.resolve(str(given), pipeline.required, table=pipeline.table)
         read = pipeline.read(folder)
     except Exception as err:  # noqa: BLE001 (the point: which error, and what it says)
         said = f"{type(err).__name__}: {err}"

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from ..readers import csvfile
+from ..readers import csvfile, tablecheck
 from .timeseries import TableError, find_file
 
 MAX_CATEGORIES = 50  # a text column with more distinct values is free text or an id: dropped
@@ -55,6 +55,7 @@ class Preprocessing:
 
 def _fit(frame, dropped: dict) -> tuple[Preprocessing, np.ndarray]:
     import pandas as pd
+    dropped.update({c: "empty in every row" for c in frame.columns if c not in dropped and frame[c].isna().all()})
     numeric = [c for c in frame.columns if c not in dropped and pd.api.types.is_numeric_dtype(frame[c])]
     text = [c for c in frame.columns if c not in dropped and c not in numeric]
     for c in text:
@@ -72,35 +73,40 @@ def _fit(frame, dropped: dict) -> tuple[Preprocessing, np.ndarray]:
 
 def read_labelled(path, target: str, name: str = "") -> tuple[TensorDataset, dict]:
     """``(TensorDataset(features float32, class index), info)``; ``info`` names the feature
-    columns, the classes (in the order of their index), the columns dropped with why, and the
-    fitted ``Preprocessing`` (``info["prep"]``: the test table through the same steps)."""
+    columns, the classes (in the order of their index), the columns dropped with why, the
+    fitted ``Preprocessing`` (``info["prep"]``: the test table through the same steps), and
+    ``info["notes"]``: rows without an answer, left out. No answer at all, or one class: refused."""
     import pandas as pd
     file = find(Path(path), name)
     frame = csvfile.read(file) if file.suffix.lower() == ".csv" else pd.read_parquet(file)
     if target not in frame.columns:
         raise TableError(f"{file.name} has no column {target!r} (target_column); its columns: "
                          f"{', '.join(map(str, frame.columns[:12]))}")
+    answered, unlabelled = tablecheck.labelled(frame[target], target, TableError, file=file.name)  # one class: refused
+    frame = frame[answered.to_numpy()].reset_index(drop=True)
     labels = frame.pop(target)
-    if labels.isna().any():
-        raise TableError(f"{file.name}: {int(labels.isna().sum())} rows have no {target!r}: drop them "
-                         "or fill them before training")
     _refuse_a_measurement(labels, file.name)
     dropped = {c: "a row id" for c in frame.columns if str(c).lower() == "id" or
                (str(c).lower().endswith("id") and frame[c].is_unique)}
     prep, features = _fit(frame, dropped)
     classes, index = np.unique(labels.astype(str) if labels.dtype == object else labels, return_inverse=True)
     dataset = TensorDataset(torch.tensor(features), torch.as_tensor(index, dtype=torch.long))
-    return dataset, {"file": file.name, "features": list(map(str, prep.columns)),
-                     "classes": classes.tolist(), "dropped": dropped, "prep": prep}
+    return dataset, {"file": file.name, "features": list(map(str, prep.columns)), "classes": classes.tolist(),
+                     "dropped": dropped, "prep": prep, "notes": [unlabelled] if unlabelled else []}
 
 
 def read_test(path, prep: Preprocessing, name: str = "test") -> tuple[object, np.ndarray]:
     """``(the test table, its features)``: a competition's ``test.csv`` beside ``train.csv``,
     through the training table's preprocessing (medians, categories, columns: fitted on train
-    only, so nothing of the test rows leaks into training)."""
+    only, so nothing of the test rows leaks into training). With the competition's
+    ``sample_submission.csv`` beside it, the ids of the two are checked first: each once, the same set."""
     import pandas as pd
     file = find_file(Path(path), name) if Path(path).is_dir() else Path(path)
     frame = csvfile.read(file) if file.suffix.lower() == ".csv" else pd.read_parquet(file)
+    sample = file.parent / "sample_submission.csv"
+    if sample.exists():
+        ids = csvfile.read(sample, dtype=str)
+        tablecheck.check_ids(ids, frame, ids.columns[0], TableError, test_name=file.name)
     return frame, prep.features(frame)
 
 
