@@ -55,7 +55,8 @@ def _quickstart(given: Path):
     """quickstart's reading of a competition: train.csv's classes, then test.csv through the same steps."""
     dataset, info = tables.read_labelled(given, "Fertilizer Name")
     folder = given if given.is_dir() else given.parent
-    test_frame, _ = tables.read_test(folder, info["prep"]) if any(folder.rglob("sample_submission.csv")) else (None, None)
+    competition = any(folder.rglob("sample_submission.csv"))
+    test_frame, _ = tables.read_test(folder, info["prep"]) if competition else (None, None)
     return dataset, info, test_frame
 
 
