@@ -314,3 +314,16 @@ def test_the_wheels_dataset_holds_wheels_for_kaggles_python_not_this_one(tmp_pat
     found = wheels.fetch(["markupsafe"], tmp_path)["markupsafe"]
     assert "-cp312-cp312-" in found.name and "manylinux" in found.name and "x86_64" in found.name
     assert sys.version_info[:2] == (3, 12) or f"cp3{sys.version_info[1]}" not in found.name
+
+
+@pytest.mark.parametrize("infer", sorted(p.stem for p in (REPO / "kernel-metadata").glob("*.json")
+                                         if "weights_from" in json.loads(p.read_text())))
+def test_an_inference_kernel_trains_with_its_trainers_parameters(infer):
+    """An inference kernel finds its trainer's checkpoints by the training's identity, which holds every
+    parameter the training reads: its parameters (and its sandbox's) are the trainer's but predict_only.
+    A trainer's recipe changed without its inference kernel's would find no finished training."""
+    meta = json.loads((REPO / "kernel-metadata" / f"{infer}.json").read_text())
+    trainer = json.loads((REPO / "kernel-metadata" / f"{meta['weights_from']}.json").read_text())
+    assert {k: v for k, v in meta["parameters"].items() if k != "predict_only"} == trainer["parameters"]
+    assert meta["parameters"]["predict_only"] is True
+    assert meta.get("sandbox", {}) == trainer.get("sandbox", {})
