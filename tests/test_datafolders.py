@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 from datamutations import MUTATIONS, Layout, mutated_copy
+from test_timeseries import write_long_table
 
 from kagglekit.audio import audiosynth, folder as audio
 from kagglekit.images import folder as images, imagesets
 from kagglekit.readers import csvfile, filecheck
 from kagglekit.run import datadir
 from kagglekit.score import scoring
-from kagglekit.tables import competition, folder as tables, playground
+from kagglekit.tables import competition, folder as tables, playground, timeseries
 from kagglekit.text import textsets, translation
 from kagglekit.volumes import folder as volumes
 
@@ -60,6 +61,17 @@ def _quickstart(given: Path):
     return dataset, info, test_frame
 
 
+def _series(given: Path):
+    """timeseries_forecast's reading: one long table, its time, target, feature and series columns."""
+    return timeseries.load(given, time="date", target="sales", features=["promo"], series="store")
+
+
+def _series_gaps(read) -> list[str]:
+    frame, channels = read
+    gaps = int(frame[channels[0]].isna().sum())
+    return [f"{gaps} targets missing in the windows"] * bool(gaps)
+
+
 def _tabular(folder: Path):
     comp = competition.read(folder, "", classification=True)
     scoring.get("map@3", len(comp.classes or [])).check_sample(
@@ -95,6 +107,9 @@ PIPELINES = (
              lambda d: playground.write(d, 300, 100, 0), (), _quickstart,
              lambda r: [] if r[2] is None else list(r[2]["id"]), Layout("Fertilizer Name"),
              lambda r: _blank_classes(r[1]["classes"]), table=True),
+    Pipeline("timeseries_forecast", ("kk.timeseries.load(run.data_dir()",),
+             lambda d: write_long_table(d).parent, (), _series, lambda r: [], Layout("sales", test_table=""),
+             _series_gaps, table=True),
     Pipeline("segmentation_3d", ('run.data_dir(["train.csv", "test.csv"])', "kk.volumes.read_layout("),
              lambda d: volumes.write_synthetic(d, [16, 16, 24], [16], seed=0), ("train.csv", "test.csv"),
              volumes.read_layout, lambda c: list(c.test_ids),

@@ -137,3 +137,13 @@ def test_spacing_keeps_calendar_months_and_numbers():
     assert timeseries.future_times(months.iloc[-1], step, 2) == [pd.Timestamp("2020-07-31"),
                                                                  pd.Timestamp("2020-08-31")]
     assert timeseries.future_times(10, timeseries.spacing(pd.Series([0, 5, 10])), 3) == [15, 20, 25]
+
+
+def test_a_series_without_any_value_is_refused_naming_it(tmp_path):
+    """Forward filling fills gaps within a series; a series with no target at all would forecast from NaN."""
+    path = write_long_table(tmp_path / "data")
+    frame = pd.read_csv(path)
+    frame.loc[frame["store"] == "store_2", "sales"] = np.nan
+    frame.to_csv(path, index=False)
+    with pytest.raises(timeseries.TableError, match=r"series store_2 \(1 in all\) have no value of sales in any row"):
+        read(tmp_path / "data")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..readers import csvfile
+from ..readers import csvfile, filecheck
 
 SUFFIXES = (".csv", ".parquet", ".pq")
 
@@ -34,7 +34,8 @@ def find_file(path: Path, name: str) -> Path:
     """``path`` itself, or the table in the folder ``path`` (``name`` when several)."""
     if path.is_file():
         return path
-    found = sorted(p for p in path.rglob("*") if p.suffix.lower() in SUFFIXES)
+    found = sorted(p for p in path.rglob("*") if p.suffix.lower() in SUFFIXES  # not a zip's ._train.csv
+                   and not any(filecheck.stray(part) for part in p.relative_to(path).parts))
     if name:
         found = [p for p in found if p.name == name or p.stem == name]
     if len(found) != 1:
@@ -127,6 +128,10 @@ def read_table(path, *, time: str, target: str, features=(), series: str = "",
         if column and column not in frame.columns:
             raise TableError(f"{file.name} has no column {column!r} ({param}); its columns: "
                              f"{', '.join(map(str, frame.columns[:20]))}")
+    for param, column in named.items():
+        if column in (target, *features) and frame[column].isna().all():
+            raise TableError(f"{file.name}'s {column!r} ({param}) is empty in all {len(frame)} rows: nothing to "
+                             "forecast from. Name the column that holds the values")
     channels = [target, *features]
     out = frame[[*series_columns, time, *channels]].copy()
     out.insert(0, "series", _series_key(frame, series_columns) if series_columns else "0")
@@ -144,6 +149,11 @@ def read_table(path, *, time: str, target: str, features=(), series: str = "",
     if gaps:
         out[channels] = out.groupby("series")[channels].transform(lambda c: c.ffill().bfill())
         print(f"kagglekit timeseries: {gaps} missing values filled forward within their series")
+        empty = out.loc[out[channels].isna().any(axis=1), "series"].unique()
+        if len(empty):
+            lacking = ", ".join(c for c in channels if out[c].isna().any())
+            raise TableError(f"{file.name}: series {', '.join(map(str, empty[:3]))} ({len(empty)} in all) have no "
+                             f"value of {lacking} in any row: drop them first")
     out[channels] = out[channels].astype(np.float32)
     return out, channels
 
