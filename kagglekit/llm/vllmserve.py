@@ -5,7 +5,7 @@ from a clean process, one per GPU, and talks to it in JSON lines:
     python vllmserve.py <model folder> '<LLM(**settings) as JSON>'
     -> KKJSON {"ready": true, "vllm": "<version>"}
     <- {"op": "answers", "prompts": [...], "token_ids": [...]}
-    -> KKJSON {"probs": [[...], ...]}          each prompt's next token over token_ids alone
+    -> KKJSON {"logprobs": [[...], ...]}       each prompt's next token over token_ids alone
     <- {"op": "generate", "prompts": [...], "max_new_tokens": n, "samples": k, "temperature": t, "seed": s}
     -> KKJSON {"token_ids": [[[...], ...], ...]}   each prompt's samples, as token ids
 
