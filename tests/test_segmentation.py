@@ -244,7 +244,7 @@ def test_the_kaggle_batch_is_seed_002s_16_per_t4_counted_under_the_emulation(mon
 
 def test_the_notebook_sizes_its_batch_under_the_emulation_and_keeps_the_choice(tmp_path):
     """batch_size 0 and accumulate 0 under KAGGLEKIT_EMULATE=t4x2: the choice printed, logged, used by
-    both ranks, and kept as a unit: the next version measures nothing."""
+    both ranks, and kept as a unit: the next version reads it, measures nothing."""
     import os
 
     from kagglekit.tools.notebook_runner import run_notebook
@@ -262,8 +262,7 @@ def test_the_notebook_sizes_its_batch_under_the_emulation_and_keeps_the_choice(t
     assert (m["per_gpu_batch"], m["accumulate"], m["effective_batch"]) == (4, 1, 8)  # 8 over the 2 emulated T4s
     assert "per-GPU batch 8: counted on fake tensors" in printed
     assert "4 per GPU x 1 accumulated x 2" in (out / "logs" / "rank0.log").read_text()  # what rank 0 trained with
-    chain = json.loads((again / "metrics.json").read_text())["chain"]  # a finished training: nothing measured
-    assert chain["cache:unet3d"] == "hit" and chain.get("cache:batch-size", "hit") == "hit"
+    assert json.loads((again / "metrics.json").read_text())["chain"]["cache:batch-size"] == "hit"
 
 
 def test_a_step_is_counted_with_its_weights_gradients_moments_and_activations(monkeypatch):
