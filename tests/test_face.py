@@ -50,14 +50,16 @@ def test_the_tables_rooms_and_floors_are_the_folders():
     assert list(FACE["_FLOORS"]) == ORDER and list(FACE["_ROOMS"]) == ROOMS
 
 
-def _planted(tmp_path: Path, right: str, wrong: str) -> Path:
-    """quickstart.ipynb with the keyword ``right`` of its call of kk.fit misspelt ``wrong``."""
+def _planted(tmp_path: Path, *mistakes: tuple[str, str]) -> Path:
+    """quickstart.ipynb with each (right, wrong) text of its call of kk.fit replaced once."""
     notebook = json.loads((REPO / "notebooks" / "quickstart.ipynb").read_text())
     cell = next(c for c in notebook["cells"] if "kk.fit(" in "".join(c["source"]))
     source = "".join(cell["source"])
     call = source.index("kk.fit(")
-    assert f"{right}=" in source[call:]
-    cell["source"] = source[:call] + source[call:].replace(f"{right}=", f"{wrong}=", 1)
+    for right, wrong in mistakes:
+        assert right in source[call:]
+        source = source[:call] + source[call:].replace(right, wrong, 1)
+    cell["source"] = source
     folder = tmp_path / "notebooks"
     folder.mkdir()
     (folder / "quickstart.ipynb").write_text(json.dumps(notebook))
@@ -65,8 +67,8 @@ def _planted(tmp_path: Path, right: str, wrong: str) -> Path:
 
 
 @pytest.mark.skipif(not shutil.which("nbqa", path=str(Path(sys.executable).parent)), reason="nbqa: make setup")
-def test_a_wrong_keyword_to_fit_in_a_notebook_fails_lint(tmp_path):
-    folder = _planted(tmp_path, "epochs", "epochz")
+def test_a_wrong_keyword_or_type_to_fit_in_a_notebook_fails_lint(tmp_path):
+    folder = _planted(tmp_path, ("evaluate=", "evaluat="), ("epochs=epochs", "epochs=str(epochs)"))
     shutil.copy(REPO / "pyproject.toml", tmp_path)  # the lint's own settings ([tool.nbqa.addopts])
     assert folder.is_dir()
     done = subprocess.run([str(Path(sys.executable).parent / "nbqa"), "mypy", "notebooks",
@@ -74,4 +76,5 @@ def test_a_wrong_keyword_to_fit_in_a_notebook_fails_lint(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "MYPYPATH": str(REPO)})  # the kit as make lint sees it
     assert done.returncode != 0
-    assert 'Unexpected keyword argument "epochz" for "fit"' in done.stdout, done.stdout[-2000:]
+    assert 'Unexpected keyword argument "evaluat" for "fit"' in done.stdout, done.stdout[-2000:]
+    assert 'Argument "epochs" to "fit" has incompatible type "str"; expected "int"' in done.stdout, done.stdout[-2000:]

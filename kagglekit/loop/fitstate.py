@@ -174,6 +174,15 @@ class FitResult:
         return monitor.diagnose(self.breakdown, self.gpu, len(self.oom_events))
 
     @property
+    def weights_file(self) -> str:
+        """The checkpoint that holds the trained weights: the one this fit saved, or the one a
+        finished fit found again (it saves nothing new)."""
+        saved = self.checkpoint or self.resumed_from
+        if saved is None:
+            raise ValueError("this fit was given no checkpoints: it saved no weights file")
+        return saved
+
+    @property
     def finished(self) -> bool:
         """Trained to its end (or stopped for good): not cut short by the session's time."""
         return self.stopped != Stop.TIME_BUDGET

@@ -14,6 +14,7 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -29,7 +30,7 @@ from .fitstate import EarlyStopping, FitResult, Parts  # noqa: F401 (kk.EarlySto
 from .progress import bar as progress_bar
 from .step import Stepper
 
-LossFn = Callable[[torch.nn.Module, object], torch.Tensor]
+LossFn = Callable[[torch.nn.Module, Any], torch.Tensor]  # (model, a batch as the loader gives it)
 
 
 def supervised(criterion: Callable) -> LossFn:

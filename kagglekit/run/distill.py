@@ -23,9 +23,13 @@ reads, ``prediction_ms`` what a student saves a CPU rerun.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
+from torch.nn import functional as F
+from torch.utils.data import Dataset
 
 
 class DistillError(ValueError):
@@ -95,8 +99,6 @@ def loss(temperature: float = 2.0, mix: float = 0.5):
     """The distillation loss for ``fit``: ``loss(model, (x, hard, soft))`` = ``mix`` x T^2 x KL(teacher's
     soft labels at temperature T || the student's) + (1 - ``mix``) x cross-entropy on the hard labels
     (rows whose hard label is -1, the pseudo-labelled, take the soft term alone)."""
-    import torch
-    from torch.nn import functional as F
     if temperature <= 0 or not 0.0 <= mix <= 1.0:
         raise DistillError(f"temperature={temperature} must be > 0 and mix={mix} within [0, 1]")
 
@@ -112,13 +114,12 @@ def loss(temperature: float = 2.0, mix: float = 0.5):
     return distill_loss
 
 
-class Taught:
+class Taught(Dataset):
     """A student's fold as (x, hard, soft) rows for ``loss``: its labelled training rows first
     (``inputs[rows]``, their labels, the labels as probabilities), then the pool's (``pool[pool_rows]``,
     no hard label: -1, the teacher's probabilities ``soft``). Rows are read by index, never copied."""
 
     def __init__(self, inputs, labels, rows, pool, pool_rows, soft, classes: int):
-        import torch
         self.inputs, self.labels, self.rows, self.pool, self.pool_rows = inputs, labels, rows, pool, pool_rows
         self.soft, self.classes = torch.as_tensor(np.asarray(soft), dtype=torch.float32), classes
         if len(self.soft) != len(pool_rows):
@@ -128,10 +129,9 @@ class Taught:
         return len(self.rows) + len(self.pool_rows)
 
     def __getitem__(self, i: int):
-        import torch
         if i < len(self.rows):
             label = torch.as_tensor(self.labels[self.rows[i]]).long()
-            return self.inputs[self.rows[i]], label, torch.nn.functional.one_hot(label, self.classes).float()
+            return self.inputs[self.rows[i]], label, F.one_hot(label, self.classes).float()
         j = i - len(self.rows)
         return self.pool[self.pool_rows[j]], torch.tensor(-1), self.soft[j]
 
@@ -139,9 +139,6 @@ class Taught:
 def prediction_ms(models: dict, inputs, repeats: int = 3) -> dict:
     """Milliseconds per row of each ``model(inputs)`` on the CPU in fp32 without gradients, the best
     of ``repeats``: what a CPU rerun pays per test row, a student's beside its teacher's."""
-    import time
-
-    import torch
     timed = {}
     with torch.no_grad():
         for name, model in models.items():

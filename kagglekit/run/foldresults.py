@@ -19,9 +19,10 @@ from .splitters import as_array
 class Predictions:
     """What one fold's training returns: ``oof`` {model: its predictions of the fold's
     validation rows, in their order}, ``test`` {model: its predictions of the test rows} and
-    ``record`` (plain values kept with the fold: fit summaries, per-seed scores)."""
-    oof: dict
-    test: dict = field(default_factory=dict)
+    ``record`` (plain values kept with the fold: fit summaries, per-seed scores). A model of
+    ``kk.zoo`` returns its own predictions as arrays (the zoo names them)."""
+    oof: dict | np.ndarray
+    test: dict | np.ndarray = field(default_factory=dict)
     record: dict = field(default_factory=dict)
 
 

@@ -255,7 +255,10 @@ def checked(result, fold: Fold) -> Predictions:
 def as_tensors(result: Predictions) -> dict:
     """Predictions as float64 tensors (the record as it is: plain values) for the cache."""
     import torch
-    def tensors(models: dict) -> dict:
+    def tensors(models: dict | np.ndarray) -> dict:
+        if not isinstance(models, dict):
+            raise TypeError("a fold's kk.folds.Predictions name their models: oof={'model': predictions}, "
+                            "test={'model': predictions}")
         return {m: torch.as_tensor(np.asarray(v, dtype=np.float64)) for m, v in models.items()}
     return {"oof": tensors(result.oof), "test": tensors(result.test), "record": result.record}
 

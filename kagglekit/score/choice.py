@@ -11,6 +11,7 @@ honest: an ensemble's OOF comes from fits that never saw the row (``hillclimb.cr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..machine.display import headline
 
@@ -18,8 +19,8 @@ from ..machine.display import headline
 @dataclass
 class Candidate:
     score: float  # its CV score: the mean of its folds' scores (``Metric.cv``), as every candidate's
-    oof: object = None  # its out-of-fold predictions
-    test: object = None  # its test predictions (what the submission is written from)
+    oof: Any = None  # its out-of-fold predictions (an array, or what its metric reads)
+    test: Any = None  # its test predictions (what the submission is written from)
 
 
 @dataclass

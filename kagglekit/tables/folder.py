@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -17,6 +18,9 @@ from torch.utils.data import TensorDataset
 
 from ..readers import csvfile, tablecheck
 from .timeseries import TableError, find_file
+
+if TYPE_CHECKING:  # pandas is imported where a table is read
+    import pandas as pd
 
 MAX_CATEGORIES = 50  # a text column with more distinct values is free text or an id: dropped
 
@@ -95,7 +99,7 @@ def read_labelled(path, target: str, name: str = "") -> tuple[TensorDataset, dic
                      "dropped": dropped, "prep": prep, "notes": [unlabelled] if unlabelled else []}
 
 
-def read_test(path, prep: Preprocessing, name: str = "test") -> tuple[object, np.ndarray]:
+def read_test(path, prep: Preprocessing, name: str = "test") -> tuple[pd.DataFrame, np.ndarray]:
     """``(the test table, its features)``: a competition's ``test.csv`` beside ``train.csv``,
     through the training table's preprocessing (medians, categories, columns: fitted on train
     only, so nothing of the test rows leaks into training). With the competition's

@@ -33,6 +33,7 @@ from ..readers import csvfile, tablecheck
 from ..state import atomic
 
 if TYPE_CHECKING:  # pandas is imported where a table is read (import time)
+    import numpy as np
     import pandas as pd
 
 EVENTS = (("storm", "calm"), ("loss", "win"), ("fever", "recovery"), ("drought", "harvest"))
@@ -98,6 +99,18 @@ class TextDataError(ValueError):
     """A competition folder that does not hold what the parameters name."""
 
 
+def row_fields(frame, names: list[str]) -> list[dict] | None:
+    """The values of a prompt's other fields (``prompts.field_names``: Jigsaw's ``rule``) from
+    ``frame``'s columns of those names, a dict per row; None when the prompt has none."""
+    if not names:
+        return None
+    missing = [n for n in names if n not in frame.columns]
+    if missing:
+        raise TextDataError(f"prompt names {{{missing[0]}}}, which the table has no column for; its columns: "
+                            f"{', '.join(map(str, frame.columns[:12]))}")
+    return frame[names].fillna("").astype(str).to_dict("records")
+
+
 @dataclass
 class TextCompetition:
     """A text competition's files, read: the tables, the id column, the classes (sorted; their
@@ -109,21 +122,14 @@ class TextCompetition:
     id_column: str
     target: str
     classes: list
-    labels: object  # np.ndarray of class indices, one per train row
+    labels: np.ndarray  # class indices, one per train row
     wants: str  # "label", "probability" (of the second class, a binary target) or "probabilities"
     files: dict  # "train" / "test": where the tables were found (what caches and checkpoints key on)
     text_column: str = "text"
 
     def fields(self, frame, names: list[str]) -> list[dict] | None:
-        """The values of a prompt's other fields (``prompts.field_names``: Jigsaw's ``rule``) from
-        ``frame``'s columns of those names, a dict per row; None when the prompt has none."""
-        if not names:
-            return None
-        missing = [n for n in names if n not in frame.columns]
-        if missing:
-            raise TextDataError(f"prompt names {{{missing[0]}}}, which the table has no column for; its columns: "
-                                f"{', '.join(map(str, frame.columns[:12]))}")
-        return frame[names].fillna("").astype(str).to_dict("records")
+        """A prompt's other fields from ``frame`` (``row_fields``)."""
+        return row_fields(frame, names)
 
     def submission(self, probs):
         """The submission in the sample's columns: the class (as the data names it) of the
@@ -141,7 +147,7 @@ class TextCompetition:
         return frame
 
 
-def labelled_examples(data: TextCompetition, spec: str) -> tuple[object, object, int]:
+def labelled_examples(data: TextCompetition, spec: str) -> tuple[pd.DataFrame, np.ndarray, int]:
     """The rows train.csv and test.csv label by a column, ``spec`` = "column:class,..." (Jigsaw
     2025: ``positive_example_1:1,negative_example_1:0``): what test-time training adds to every
     fold's training, as (a table of rows, their class indices, how many came from test.csv). A

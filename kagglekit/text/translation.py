@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from ..readers import csvfile, tablecheck
 from ..state import atomic
-from .textsets import TextCompetition, table
+from .textsets import row_fields, table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -116,7 +116,9 @@ class GenerationCompetition:
     files: dict  # "train" / "test": where the tables were found
     empty_targets: int = 0  # training rows without a reference answer (dropped: nothing to learn to write)
 
-    fields = TextCompetition.fields  # a prompt's other fields from each row's columns of that name
+    def fields(self, frame, names: list[str]) -> list[dict] | None:
+        """A prompt's other fields from each row's columns of that name (``textsets.row_fields``)."""
+        return row_fields(frame, names)
 
     def submission(self, texts: list[str]):
         """The submission in the sample's columns: each test row's id and its text."""
