@@ -44,19 +44,18 @@ def test_the_builtin_graph_is_imbalanced_and_split(data):
     assert bool((masks == 1).all())
 
 
-def test_a_planetoid_folder_is_read_offline_with_pygs_own_class(tmp_path):
-    """Writes a tiny data set in the Planetoid raw format, then loads it through PyG."""
+def write_planetoid(raw, n_train: int = 4, n_test: int = 3, n_all: int = 520, f: int = 5, c: int = 3):
+    """A tiny data set in the Planetoid raw format (ind.tiny.x, .y, .tx, .ty, .allx, .ally, .graph
+    pickled, .test.index as text) in ``raw``: PyG puts 500 validation nodes after the training ones."""
     import pickle
 
     import numpy as np
     import scipy.sparse as sp
     rng = np.random.default_rng(0)
-    n_train, n_test, n_all, f, c = 4, 3, 520, 5, 3  # PyG puts 500 validation nodes after train
 
     def onehot(k):
         return np.eye(c)[rng.integers(0, c, k)]
 
-    raw = tmp_path / "data" / "tiny" / "raw"
     raw.mkdir(parents=True)
     objects = {"x": sp.csr_matrix(rng.random((n_train, f))), "y": onehot(n_train),
                "tx": sp.csr_matrix(rng.random((n_test, f))), "ty": onehot(n_test),
@@ -67,6 +66,12 @@ def test_a_planetoid_folder_is_read_offline_with_pygs_own_class(tmp_path):
         with open(raw / f"ind.tiny.{name}", "wb") as fh:
             pickle.dump(obj, fh)
     (raw / "ind.tiny.test.index").write_text("\n".join(str(n_all + i) for i in range(n_test)))
+
+
+def test_a_planetoid_folder_is_read_offline_with_pygs_own_class(tmp_path):
+    n_train, n_test, n_all, f = 4, 3, 520, 5
+    raw = tmp_path / "data" / "tiny" / "raw"
+    write_planetoid(raw, n_train, n_test, n_all, f)
     for p in [raw, *raw.iterdir()]:
         p.chmod(0o555 if p.is_dir() else 0o444)  # read-only, as Kaggle inputs are
     data = graphsets.load_planetoid(tmp_path / "data")

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from . import graphcheck
+
 
 def undirected(edges: torch.Tensor, n: int) -> torch.Tensor:
     """Both directions of every edge, without self-loops or duplicates (sorted)."""
@@ -62,15 +64,28 @@ def load_planetoid(folder: Path | str):
     cache next to them. (The .graph file of this format is a pickle: load Planetoid
     data only from sources you trust.)
     """
+    import pickle
+
     from torch_geometric.datasets import Planetoid
-    found = sorted(Path(folder).rglob("ind.*.graph"))
+    found = _planetoid(folder)
     if not found:
-        raise FileNotFoundError(f"{folder} holds no Planetoid files (ind.<name>.graph and friends)")
+        raise graphcheck.GraphFileMissing(f"{folder} holds no Planetoid files (ind.<name>.graph and friends)")
     raw = found[0].parent
     name = found[0].name.split(".")[1]
+    graphcheck.planetoid_files(raw, name)
     with tempfile.TemporaryDirectory(prefix="planetoid-") as root:  # gone once loaded
         shutil.copytree(raw, Path(root) / name / "raw")
-        return Planetoid(root, name=name)[0]
+        try:
+            return Planetoid(root, name=name)[0]
+        except (EOFError, pickle.UnpicklingError, ValueError, IndexError) as err:  # a file cut short or mixed up
+            raise graphcheck.GraphDataError(f"{raw}: PyG could not read the Planetoid files ind.{name}.* "
+                                            f"({type(err).__name__}: {err}): a file is cut short or from another "
+                                            "data set; copy the eight files again") from None
+
+
+def _planetoid(folder) -> list[Path]:
+    """The Planetoid files' ``.graph`` (or, that one missing, ``.x``) under ``folder``."""
+    return sorted(Path(folder).rglob("ind.*.graph")) or sorted(Path(folder).rglob("ind.*.x"))
 
 
 ELLIPTIC = ("elliptic_txs_features.csv", "elliptic_txs_edgelist.csv", "elliptic_txs_classes.csv")
@@ -79,8 +94,8 @@ ELLIPTIC = ("elliptic_txs_features.csv", "elliptic_txs_edgelist.csv", "elliptic_
 def _one_file(folder: Path, name: str) -> Path:
     found = sorted(Path(folder).rglob(name))
     if not found:
-        raise FileNotFoundError(f"{folder} has no {name}: the Elliptic layout (Kaggle dataset "
-                                f"ellipticco/elliptic-data-set) is {', '.join(ELLIPTIC)}")
+        raise graphcheck.GraphFileMissing(f"{folder} has no {name}: the Elliptic layout (Kaggle dataset "
+                                          f"ellipticco/elliptic-data-set) is {', '.join(ELLIPTIC)}")
     return found[0]
 
 
@@ -104,16 +119,13 @@ def load_elliptic(folder: Path | str, train_until: int = 34, val_steps: int = 5)
     import pandas as pd
     from torch_geometric.data import Data
     folder = Path(folder)
-    features = pd.read_csv(_one_file(folder, ELLIPTIC[0]), header=None)
-    tx_ids, steps = features[0].to_numpy(), features[1].to_numpy()
+    features = graphcheck.features_table(_one_file(folder, ELLIPTIC[0]))
+    tx_ids, steps = features[0].to_numpy(np.int64), features[1].to_numpy()
     position = pd.Series(np.arange(len(tx_ids)), index=tx_ids)
-    classes = pd.read_csv(_one_file(folder, ELLIPTIC[2]), dtype={"class": str})
-    label = classes.set_index(classes.columns[0])[classes.columns[1]].reindex(tx_ids)
-    y = torch.from_numpy(label.map({"1": 1, "2": 0}).fillna(-1).to_numpy(np.int64))
-    edges = pd.read_csv(_one_file(folder, ELLIPTIC[1]))
-    ends = [position.reindex(edges[c]).to_numpy() for c in edges.columns[:2]]
-    if any(np.isnan(e.astype(float)).any() for e in ends):
-        raise ValueError(f"{folder}: the edge list names transactions missing from {ELLIPTIC[0]}")
+    classes_file = _one_file(folder, ELLIPTIC[2])
+    y = torch.from_numpy(graphcheck.class_labels(classes_file, pd.read_csv(classes_file, dtype=str), tx_ids))
+    edges_file = _one_file(folder, ELLIPTIC[1])
+    ends = graphcheck.edge_ends(edges_file, pd.read_csv(edges_file), position)
     edge_index = undirected(torch.from_numpy(np.stack(ends).astype(np.int64)), len(tx_ids))
     step = torch.from_numpy(steps.astype(np.int64))
     labelled = y >= 0
@@ -169,7 +181,7 @@ def load(folder: Path | str | None, **builtin):
         return synthetic(**builtin)
     if any(Path(folder).rglob(ELLIPTIC[0])):
         return load_elliptic(folder)
-    if any(Path(folder).rglob("ind.*.graph")):
+    if _planetoid(folder):
         return load_planetoid(folder)
-    raise FileNotFoundError(f"{folder} holds neither Planetoid files (ind.<name>.graph, ...) nor "
-                            f"the Elliptic layout ({', '.join(ELLIPTIC)})")
+    raise graphcheck.GraphFileMissing(f"{folder} holds neither Planetoid files (ind.<name>.graph, ...) nor "
+                                      f"the Elliptic layout ({', '.join(ELLIPTIC)})")
