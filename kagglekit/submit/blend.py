@@ -69,8 +69,31 @@ def read_source(reference: str, roots: list[Path] | None = None) -> Source:
     if scale not in ("value", "logit"):
         raise BlendError(f"source {reference!r} submits class labels ({scale}): a blend averages "
                          "values or probabilities; blend its per-class probabilities instead")
+    _whole(reference, oof, model, submission)
     return Source(folder.name, folder, model, oof[["id", "step", "fold", "target", model]],
                   submission, id_columns, scale)
+
+
+def _whole(reference: str, oof: pd.DataFrame, model: str, submission: pd.DataFrame) -> None:
+    """Refuse, naming the row, a source whose files were cut or edited: an OOF row twice, an OOF
+    prediction or a submission cell empty or not a number (the blend's weights would be NaN)."""
+    import pandas as pd
+    twice = oof[oof.duplicated(["id", "step"], keep=False)]
+    if len(twice):
+        raise BlendError(f"source {reference!r}: oof.parquet holds id {twice['id'].iloc[0]!r} step "
+                         f"{twice['step'].iloc[0]} {len(twice)} times: one row per id and step; take that "
+                         "kernel's output again")
+    values = pd.to_numeric(oof[model], errors="coerce")
+    if values.isna().any():
+        row = oof[values.isna()].iloc[0]
+        raise BlendError(f"source {reference!r}: oof.parquet's {model} is empty or not a number at id "
+                         f"{row['id']!r} ({int(values.isna().sum())} rows): its out-of-fold predictions are "
+                         "incomplete; run that kernel to the end again")
+    empty = submission.isna().any(axis=1)
+    if empty.any():
+        raise BlendError(f"source {reference!r}: submission.csv has {int(empty.sum())} rows with an empty cell "
+                         f"(the first: row {int(empty.to_numpy().argmax()) + 2} of the file): take that kernel's "
+                         "output again")
 
 
 def locate(reference: str, roots: list[Path] | None = None) -> Path:
@@ -97,7 +120,7 @@ def align(sources: list[Source]) -> pd.DataFrame:
     for source in sources[1:]:
         other = source.oof.rename(columns={source.model: source.name, "target": "_target"})
         merged = table.merge(other[["id", "step", "_target", source.name]], on=["id", "step"], how="inner")
-        if len(merged) < min(len(table), len(other)):
+        if len(merged) != len(table) or len(merged) != len(other):  # a fold missing in one: refused, not dropped
             raise BlendError(f"{source.name} and {first.name} predicted different out-of-fold rows "
                              f"({len(other)} vs {len(table)}, {len(merged)} shared): blend kernels "
                              "cross-validated on the same rows (the same data and split)")
