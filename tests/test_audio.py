@@ -40,6 +40,27 @@ def test_the_folder_is_read_with_birdclefs_quirks(birdsong):
     assert len(comp.soundscapes) == 2
 
 
+def test_train_soundscapes_are_the_unlabelled_pool_and_a_broken_one_is_dropped_by_name(tmp_path, birdsong):
+    """BirdCLEF 2025's train_soundscapes/: no table lists them; a file that does not decode is left out, said,
+    and a stray file is no soundscape. Their windows decode as the test's do, through a transform a
+    soundscape at a time."""
+    folder = tmp_path / "comp"
+    shutil.copytree(birdsong, folder)
+    pool = sorted((folder / "train_soundscapes").iterdir())
+    assert len(pool) == 4 and pool[0].name.startswith("H0") and pool[0].name.endswith("4000.ogg")
+    (folder / "train_soundscapes" / "H09_20230501_000000.ogg").write_text("<html>not audio</html>")
+    (folder / "train_soundscapes" / ".DS_Store").write_bytes(bytes(32))
+    comp = audio.read_competition(folder)
+    assert comp.pool == pool and comp.soundscapes == sorted((folder / "test_soundscapes").iterdir())
+    assert [u.split(" (")[0] for u in comp.unreadable] == ["train_soundscapes/H09_20230501_000000.ogg"]
+    waves = audio.decode_soundscapes(comp.pool[:2], workers=2)
+    assert waves["windows"].shape == (24, 5 * 32000) and waves["windows"].dtype == torch.int16
+    assert waves["row_ids"][:2] == [f"{pool[0].stem}_5", f"{pool[0].stem}_10"] and waves["seconds_each"] > 0
+    means = audio.decode_soundscapes(comp.pool[:2], transform=lambda w: w.astype(np.float32).mean(1, keepdims=True))
+    assert torch.allclose(means["windows"], waves["windows"].float().mean(1, keepdim=True), atol=1e-3)
+    assert audio.decode_soundscapes([], transform=lambda w: w[:, :3])["windows"].shape == (0, 3)
+
+
 def test_the_stand_in_is_the_same_bytes_when_written_again(tmp_path, birdsong):
     """libsndfile draws an Ogg stream's serial number from the clock: rewritten with a fixed one and
     valid checksums, the next kernel version's stand-in hashes alike (its units hit)."""
@@ -243,6 +264,28 @@ def test_fold_models_are_exported_only_when_another_runtime_is_faster(tmp_path, 
     assert {e.chosen for e in done.values()} == {"torch"} and len(list((tmp_path / "torch").glob("*.onnx"))) == 1
     with torch.inference_mode():
         assert np.array_equal(done["fold2"].runner(models["fold2"])(batch.numpy()), models["fold2"](batch).numpy())
+
+
+@pytest.mark.slow
+def test_at_its_smoke_size_the_notebook_teaches_a_student_the_pool_fold_by_fold(tmp_path):
+    """make test's run of the audio notebook (smoke: student_width=4): the fold CNNs label the four unlabelled
+    train soundscapes (48 windows), each fold's student learns fold k's labelled windows and the pool as fold
+    k's CNN heard it, on the teacher's folds; it is scored on labelled windows and the test, timed on the CPU
+    beside a fold CNN, and the rerun's plan counts its predictions. The run reads as a report."""
+    from test_notebooks import assert_reads_as_a_report
+
+    from kagglekit.tools.notebook_runner import run_notebook
+    out = run_notebook(REPO / "notebooks" / "audio_classification.ipynb", {"smoke": True},
+                       output_dir=tmp_path / "audio", progress=False)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["pool_windows"] == 4 * 12
+    assert {"student", "test_student", "cnn", "mel_logreg"} <= set(metrics["scores"])
+    assert 0.5 < metrics["scores"]["student"] <= 1 and set(metrics["rerun_ms_per_window"]) == {"teacher", "student"}
+    planned = [u["name"] for u in metrics["rerun_plan"]["units"]]
+    assert {"predict-audio-student-fold0", "predict-audio-student-fold1", "predict-cnn-audio-fold0"} <= set(planned)
+    units = {u["name"] for u in metrics["units"]} if isinstance(metrics["units"], list) else set(metrics["units"])
+    assert {"pool", "audio-student-fold0"} <= units, units
+    assert_reads_as_a_report(out, "audio_classification")
 
 
 @pytest.mark.slow

@@ -68,7 +68,7 @@ def assert_reads_as_a_report(out: Path, name: str) -> None:
 
 # The notebooks that no other test of `make test` runs: each is judged on its scores in `make test-e2e`, and
 # here only run through at its smoke size, so that `make test` alone catches a kit change that breaks one.
-RUN_NOWHERE_ELSE_IN_MAKE_TEST = ("audio_classification", "blend", "image_classification", "text_generation")
+RUN_NOWHERE_ELSE_IN_MAKE_TEST = ("blend", "image_classification", "text_generation")  # audio: tests/test_audio.py
 
 
 @pytest.mark.slow

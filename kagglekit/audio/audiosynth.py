@@ -20,7 +20,10 @@ The quirks, as in BirdCLEF 2025's files:
   license); one ``filename`` whose file is missing;
 - Ogg Vorbis, mono, 32 kHz; soundscapes of 60 s named ``soundscape_<n>.ogg``, scored per 5-second
   window; ``public=True`` leaves ``test_soundscapes/`` empty, as Kaggle's public data is, and the
-  sample's rows then name soundscapes that do not exist.
+  sample's rows then name soundscapes that do not exist;
+- ``train_soundscapes/``: unlabelled one-minute soundscapes of the test's kind, named by recorder,
+  date and time (``H02_20230420_074000.ogg``), as BirdCLEF 2025 ships 9,726 of them: no table lists
+  them and nothing says what calls in them (the pool a teacher labels for its student).
 ``solution.csv`` (row_id, a 0/1 column per species) holds what each test window contains.
 """
 from __future__ import annotations
@@ -50,15 +53,17 @@ OUTSIDE_TAXONOMY = "comrav"
 
 
 def write_competition(folder: Path | str, seed: int = 0, recordings: int = 64, soundscapes: int = 6,
-                      public: bool = False) -> Path:
-    """The competition in ``folder``, written whole or not at all, once (see the module)."""
-    return atomic.write_once(folder, _write_all, np.random.default_rng(seed), recordings, soundscapes, public)
+                      public: bool = False, pool: int = 4) -> Path:
+    """The competition in ``folder``, written whole or not at all, once (see the module); ``pool``
+    unlabelled train soundscapes."""
+    return atomic.write_once(folder, _write_all, np.random.default_rng(seed), recordings, soundscapes, public, pool)
 
 
-def _write_all(partial: Path, rng, recordings: int, soundscapes: int, public: bool) -> None:
+def _write_all(partial: Path, rng, recordings: int, soundscapes: int, public: bool, pool: int) -> None:
     _write_taxonomy(partial)
     _write_train(partial, rng, recordings)
     _write_test(partial, rng, soundscapes, public)
+    _write_pool(partial, rng, pool)  # last: the files before it are the same bytes as without a pool
 
 
 def call(kind: str, band: tuple[int, int], syllable_s: float, syllables: int, rng) -> np.ndarray:
@@ -198,3 +203,12 @@ def _write_test(out: Path, rng, soundscapes: int, public: bool) -> None:
     sample.to_csv(out / "sample_submission.csv", index=False)
     if not public:
         frame.to_csv(out / "solution.csv", index=False)
+
+
+def _write_pool(out: Path, rng, soundscapes: int) -> None:
+    """Unlabelled soundscapes, drawn as the test's are (a few species now and then over louder noise)."""
+    (out / "train_soundscapes").mkdir()
+    for i in range(soundscapes):
+        calls = [(int(rng.integers(len(SPECIES))), rng.uniform(0.1, 0.35)) for _ in range(int(rng.integers(4, 10)))]
+        wave, _ = _scene(60.0, 0.1, calls, rng)
+        write_ogg(out / "train_soundscapes" / f"H{2 + i % 3:02d}_202304{20 + i:02d}_0{7 + i % 2}4000.ogg", wave)

@@ -1,7 +1,8 @@
 """Animal-sound competitions as BirdCLEF ships them (2021-2025): ``train.csv`` (``primary_label``,
 ``secondary_labels``, ``filename``) beside ``train_audio/<label>/<file>.ogg``, ``taxonomy.csv``,
 one-minute ``test_soundscapes/*.ogg`` and ``sample_submission.csv``: a ``row_id`` per 5-second
-window (``<soundscape>_<end second>``) and a probability column per species.
+window (``<soundscape>_<end second>``) and a probability column per species; since 2024 also
+``train_soundscapes/*.ogg``, unlabelled soundscapes of the test's sites (the pseudo-label pool).
 
 What the reader copes with, because the real files do it (each in ``audiosynth``'s stand-in):
 labels that are eBird codes beside numeric iNaturalist ids (``"1139490"``: read as text, never as
@@ -22,6 +23,7 @@ from __future__ import annotations
 import ast
 import functools
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +54,7 @@ class AudioCompetition:
     dropped: list[str] = field(default_factory=list)  # filenames in train.csv without a file (the caller says so)
     unknown_secondary: int = 0  # secondary labels outside the submission's columns (dropped)
     unreadable: list[str] = field(default_factory=list)  # training recordings dropped: "name (why)" (filecheck)
+    pool: list[Path] = field(default_factory=list)  # train_soundscapes/, sorted: unlabelled, readable ones
 
     def targets(self, secondary_weight: float = 0.5) -> np.ndarray:
         """(clips, classes) float32: 1 for the primary label, ``secondary_weight`` for the
@@ -108,13 +111,21 @@ def read_competition(folder: Path | str) -> AudioCompetition:
         names = parse_labels(text)
         secondary.append([index[n] for n in names if n in index])
         unknown_secondary += sum(n not in index for n in names)
-    test = folder / "test_soundscapes"
-    soundscapes = sorted(p for p in test.iterdir() if p.suffix.lower() in AUDIO) if test.is_dir() else []
+    soundscapes = _audio_files(folder / "test_soundscapes")
     filecheck.refuse_test_files(soundscapes, filecheck.problems(soundscapes, filecheck.audio_problem), AudioDataError,
                                 "test soundscapes")
+    pool = _audio_files(folder / "train_soundscapes")
+    bad_pool = filecheck.problems(pool, filecheck.audio_problem)  # unlabelled: a bad one is dropped, said
+    unreadable += [f"train_soundscapes/{pool[i].name} ({why})" for i, why in bad_pool.items()]
     return AudioCompetition(folder, classes, [audio / n for n in table.filename],
                             np.array([index[p] for p in table.primary_label], np.int64), secondary, soundscapes,
-                            sample, dropped, unknown_secondary, unreadable)
+                            sample, dropped, unknown_secondary, unreadable,
+                            [p for i, p in enumerate(pool) if i not in bad_pool])
+
+
+def _audio_files(folder: Path) -> list[Path]:
+    """The recordings in ``folder`` (none when it is missing), sorted; stray files ignored."""
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in AUDIO) if folder.is_dir() else []
 
 
 def parse_labels(text: str) -> list[str]:
@@ -172,6 +183,24 @@ def soundscape_windows(path: Path | str, sample_rate: int = SAMPLE_RATE,
     return as_int16(padded.reshape(k, size)), ends
 
 
+def decode_soundscapes(paths: list[Path], sample_rate: int = SAMPLE_RATE, window_s: float = WINDOW_S,
+                       workers: int = 1, transform=None) -> dict:
+    """Every window of every soundscape (``soundscape_windows``) in one tensor (``"windows"``: int16
+    waves, or ``transform``'s features of them, applied a soundscape at a time as in ``decode_windows``:
+    a pool of ten thousand minutes never held as waves), their ``"row_ids"``, and one core's
+    ``"seconds_each"`` per soundscape (what a scoring rerun's plan scales)."""
+    import torch
+    started, size = time.monotonic(), int(window_s * sample_rate)
+    transform = transform or (lambda waves: waves)
+    parts, row_ids = [np.asarray(transform(np.zeros((1, size), np.int16)))[:0]], []  # the features' shape, no row
+    cut = functools.partial(soundscape_windows, sample_rate=sample_rate, window_s=window_s)
+    for waves, ids in each_decoded(paths, cut, workers):
+        parts.append(np.asarray(transform(waves)))
+        row_ids += ids
+    return {"windows": torch.from_numpy(np.concatenate(parts)), "row_ids": row_ids,
+            "seconds_each": (time.monotonic() - started) * workers / max(1, len(paths))}
+
+
 def window_count(path: Path | str, count: int, sample_rate: int = SAMPLE_RATE, window_s: float = WINDOW_S) -> int:
     """How many windows ``clip_windows`` cuts from a recording, from its header alone (no decoding)."""
     import soundfile
@@ -208,6 +237,20 @@ def check_windows_fit(counts: list[int], window_bytes: int, room: dict[str, int]
         f"the {available / gb:.1f} GB of {where}: "
         + (f"lower {parameter} to {fits} or less" if fits else
            f"even {parameter}=1 needs {size(1) / gb:.1f} GB: train on a share of the recordings"))
+
+
+def check_decoding_fits(paths: list[Path], count: int, sample_rate: int, window_s: float, workers: int,
+                        transform, output_dir: Path) -> int:
+    """``check_windows_fit`` before one recording is decoded: the windows counted from the files'
+    headers, a window's bytes from ``transform``'s output, against the memory and what ``output_dir``
+    can still keep (a kernel killed for memory says nothing; a version whose output passes Kaggle's
+    ~20 GB loses it, the decoded windows' cache with it)."""
+    from ..machine.env import available_memory
+    from ..state.space import room_to_keep
+    counts = window_counts(paths, count, sample_rate, window_s, workers)
+    window_bytes = np.asarray(transform(np.zeros((1, int(sample_rate * window_s)), np.int16))).nbytes
+    room = {"memory": available_memory(), "output kept": room_to_keep(output_dir)}
+    return check_windows_fit(counts, window_bytes, room, count=count)
 
 
 def decode_windows(paths: list[Path], count: int, sample_rate: int = SAMPLE_RATE, window_s: float = WINDOW_S,

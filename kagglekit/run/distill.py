@@ -136,16 +136,21 @@ class Taught(Dataset):
         return self.pool[self.pool_rows[j]], torch.tensor(-1), self.soft[j]
 
 
-def prediction_ms(models: dict, inputs, repeats: int = 3) -> dict:
+def prediction_ms(models: dict, inputs, repeats: int = 3, threads: int | None = None) -> dict:
     """Milliseconds per row of each ``model(inputs)`` on the CPU in fp32 without gradients, the best
-    of ``repeats``: what a CPU rerun pays per test row, a student's beside its teacher's."""
-    timed = {}
-    with torch.no_grad():
-        for name, model in models.items():
-            model, best = model.cpu().float().eval(), float("inf")
-            for _ in range(repeats):
-                started = time.perf_counter()
-                model(inputs)
-                best = min(best, time.perf_counter() - started)
-            timed[name] = round(1e3 * best / len(inputs), 4)
+    of ``repeats``, on ``threads`` cores (None: torch's count here; a rerun's, BirdCLEF's 4, to compare
+    with an export's rate): what a CPU rerun pays per test row, a student's beside its teacher's."""
+    timed, previous = {}, torch.get_num_threads()
+    torch.set_num_threads(threads or previous)
+    try:
+        with torch.no_grad():
+            for name, model in models.items():
+                model, best = model.cpu().float().eval(), float("inf")
+                for _ in range(repeats):
+                    started = time.perf_counter()
+                    model(inputs)
+                    best = min(best, time.perf_counter() - started)
+                timed[name] = round(1e3 * best / len(inputs), 4)
+    finally:
+        torch.set_num_threads(previous)
     return timed

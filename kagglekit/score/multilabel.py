@@ -34,3 +34,20 @@ def best_threshold(y, p) -> float:
     """The threshold of ``THRESHOLDS`` with the best samples F1 on these rows (the lowest on a tie)."""
     scores = [samples_f1(y, p, t) for t in THRESHOLDS]
     return float(THRESHOLDS[int(np.argmax(scores))])
+
+
+def on_folds(make, x: np.ndarray, y: np.ndarray, x_test: np.ndarray, folds) -> tuple[np.ndarray, np.ndarray]:
+    """``make()``, a multi-label estimator (``OneVsRestClassifier(...)``), fitted on each fold's training
+    rows of ``x`` against the labels ``y`` (N, L) of 0/1 that those rows show (one no training row shows
+    cannot be learned: it scores 0): its out-of-fold probabilities, and the mean of its folds'
+    probabilities of ``x_test``."""
+    y = np.asarray(y).astype(bool)
+    oof, test = np.zeros(y.shape), []
+    for fold in folds:
+        shown = y[fold.train].any(0)
+        fitted = make().fit(x[fold.train], y[fold.train][:, shown])
+        oof[np.ix_(fold.val, shown)] = fitted.predict_proba(x[fold.val])
+        test.append(np.zeros((len(x_test), y.shape[1])))
+        if len(x_test):
+            test[-1][:, shown] = fitted.predict_proba(x_test)
+    return oof, np.mean(test, axis=0)

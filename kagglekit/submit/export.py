@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..machine.display import headline
 from ..state import atomic
 from .rerunplan import Planned
 
@@ -57,6 +58,13 @@ class Exported:
             if compiled is not None:
                 return compiled
         return lambda x: _torch_forward(model, torch.from_numpy(np.ascontiguousarray(x)), self.threads).numpy()
+
+    def headline(self, unit: str = "samples") -> dict:
+        """The summary's line: the chosen runtime's rate on the rerun's cores against the other's."""
+        others = {k: v for k, v in self.rates.items() if k != self.chosen}
+        return headline(f"{unit}/s on {self.threads} CPU cores, {self.chosen} (largest difference from torch "
+                        f"{self.largest_diff:.1e})", self.rates[self.chosen],
+                        baseline=max(others.values(), default=None), vs=" or ".join(others))
 
     def describe(self) -> str:
         others = ", ".join(f"{k} {v:,.0f}/s" for k, v in self.rates.items() if k != self.chosen)
