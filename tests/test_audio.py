@@ -209,6 +209,14 @@ def test_the_macro_auc_skips_classes_without_a_positive_as_birdclef_scores():
         kk.metrics.macro_roc_auc(scores[:, 0], truth[:, 0])
 
 
+def test_band_statistics_are_each_bands_mean_and_spread_over_time_in_any_batch():
+    specs = torch.randn(600, 1, 12, 40).half()  # stored float16, as the notebook keeps them
+    stats = kk.mel.band_statistics(specs, lambda s: 2 * s.float(), batch=256)
+    wanted = np.concatenate([2 * specs.float().numpy().mean(-1), (2 * specs.float()).std(-1).numpy()], -1)
+    assert stats.shape == (600, 24) and np.allclose(stats, wanted.reshape(600, 24), atol=1e-5)
+    assert kk.mel.band_statistics(specs[:0]).shape == (0, 24)  # no test soundscape: no row, the same columns
+
+
 def test_spec_masks_are_drawn_from_the_saved_generator_and_stay_within_their_width():
     spec = torch.randn(8, 1, 40, 100)
     torch.manual_seed(3)
@@ -285,6 +293,8 @@ def test_at_its_smoke_size_the_notebook_teaches_a_student_the_pool_fold_by_fold(
     assert {"predict-audio-student-fold0", "predict-audio-student-fold1", "predict-cnn-audio-fold0"} <= set(planned)
     units = {u["name"] for u in metrics["units"]} if isinstance(metrics["units"], list) else set(metrics["units"])
     assert {"pool", "audio-student-fold0"} <= units, units
+    student = [line for line in metrics["summary"] if "of the student (width 4" in line["result"]]
+    assert student and student[0]["value"] == metrics["scores"]["student"], metrics["summary"]
     assert_reads_as_a_report(out, "audio_classification")
 
 

@@ -73,3 +73,13 @@ def mask(spectrograms: torch.Tensor, time_masks: int = 2, time_width: float = 0.
     keep = keep.to(spectrograms.device)
     mean = spectrograms.mean(dim=(1, 2, 3), keepdim=True)
     return torch.where(keep, spectrograms, mean)
+
+
+def band_statistics(specs: torch.Tensor, prepare=None, batch: int = 256):
+    """Each window's mel bands' mean and spread over time, (N, 2 x mels) as a NumPy array, read
+    ``batch`` windows at a time (``prepare``: the stored spectrograms as the model reads them, such
+    as standardised float32): the features of the plain reference, a logistic regression."""
+    prepare = prepare or (lambda s: s.float())
+    parts = [prepare(specs[i:i + batch]) for i in range(0, len(specs), batch)]
+    stats = [torch.cat([s.mean(-1), s.std(-1)], -1).flatten(1) for s in parts]
+    return (torch.cat(stats) if stats else torch.zeros(0, 2 * specs.shape[2])).numpy()
