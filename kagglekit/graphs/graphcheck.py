@@ -106,4 +106,4 @@ def planetoid_files(raw: Path, name: str) -> None:
                if not (raw / f"ind.{name}.{part}").is_file() or (raw / f"ind.{name}.{part}").stat().st_size == 0]
     if missing:
         raise GraphFileMissing(f"{raw}: the Planetoid data set {name!r} lacks {', '.join(missing)} (or they are "
-                             f"empty): it needs all of {', '.join(f'ind.{name}.{p}' for p in PLANETOID_PARTS)}")
+                               f"empty): it needs all of {', '.join(f'ind.{name}.{p}' for p in PLANETOID_PARTS)}")
