@@ -38,15 +38,17 @@ def features_table(path: Path):
     import pandas as pd
 
     from ..machine.display import notice
-    frame = pd.read_csv(path, header=None, low_memory=False)
-    if frame.shape[1] < 3:
-        raise GraphDataError(f"{path.name} has {frame.shape[1]} columns: Elliptic's are txId, time step, "
+    first = pd.read_csv(path, header=None, nrows=1)
+    if first.shape[1] < 3:
+        raise GraphDataError(f"{path.name} has {first.shape[1]} columns: Elliptic's are txId, time step, "
                              "then the features (165), without a header")
-    if pd.to_numeric(frame.iloc[0, :2], errors="coerce").isna().any():
-        notice(f"{path.name}: its first row is a header ({_first(frame.iloc[0, :3])}, ...): read as one "
+    header = bool(pd.to_numeric(first.iloc[0, :2], errors="coerce").isna().any())
+    if header:
+        notice(f"{path.name}: its first row is a header ({_first(first.iloc[0, :3])}, ...): read as one "
                "(Kaggle's file has none)")
-        frame = frame.iloc[1:].reset_index(drop=True)
-    numbers = frame.apply(pd.to_numeric, errors="coerce")
+    frame = pd.read_csv(path, header=0 if header else None)
+    frame.columns = range(frame.shape[1])
+    numbers = frame.apply(lambda c: c if c.dtype.kind in "iuf" else pd.to_numeric(c, errors="coerce"))  # text: NaN
     bad = numbers.isna()  # empty, or text where a number belongs
     if bad.to_numpy().any():
         row, column = np.argwhere(bad.to_numpy())[0]
