@@ -41,7 +41,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="audio-student-") as tmp:
-        rows = [row(int(p), int(w), args.seed, Path(tmp)) for w in args.widths.split(",") for p in args.pools.split(",")]
+        rows = [row(int(p), int(w), args.seed, Path(tmp))
+                for w in args.widths.split(",") for p in args.pools.split(",")]
     print("| pool soundscapes (windows) | student width | student CV / test | teacher CV / test | ms a window: "
           "student / teacher (ratio) |")
     print("| --- | --- | --- | --- | --- |")
