@@ -120,6 +120,32 @@ def test_multi_label_scores_are_scikit_learns_and_the_threshold_is_the_best_of_i
         scoring.get("accuracy", 6, multilabel=True)
 
 
+def test_a_multi_label_probe_on_folds_is_one_plain_fit_per_fold_and_a_label_unseen_in_training_scores_0():
+    from types import SimpleNamespace
+
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.multiclass import OneVsRestClassifier
+
+    from kagglekit.score import multilabel
+    rng = np.random.default_rng(1)
+    x, x_test = rng.normal(size=(120, 5)), rng.normal(size=(30, 5))
+    y = (x[:, :4] + rng.normal(scale=0.5, size=(120, 4)) > 0.8).astype(int)
+    y[:40, 3] = 0  # fold 0 validates on the only rows showing label 3: its training rows never show it
+    y[:40, 3][:5] = 1
+    y[40:, 3] = 0
+    folds = [SimpleNamespace(train=np.arange(40, 120), val=np.arange(40)),
+             SimpleNamespace(train=np.arange(40), val=np.arange(40, 120))]
+    make = lambda: OneVsRestClassifier(LogisticRegression())  # noqa: E731
+    oof, test = multilabel.on_folds(make, x, y, x_test, folds)
+    plain = make().fit(x[40:], y[40:, :3])
+    assert np.allclose(oof[:40, :3], plain.predict_proba(x[:40])) and (oof[:40, 3] == 0).all()
+    second = make().fit(x[:40], y[:40])
+    assert np.allclose(oof[40:], second.predict_proba(x[40:]))
+    first_test = np.column_stack([plain.predict_proba(x_test), np.zeros(30)])
+    assert np.allclose(test, (first_test + second.predict_proba(x_test)) / 2)
+    assert multilabel.on_folds(make, x, y, x_test[:0], folds)[1].shape == (0, 4)
+
+
 def test_a_metric_whose_submission_the_sample_cannot_hold_is_refused_before_training():
     import pandas as pd
 
