@@ -127,3 +127,54 @@ def test_a_students_cpu_time_per_row_is_measured_beside_its_teachers():
     wide = torch.nn.Sequential(torch.nn.Linear(64, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 10))
     timed = distill.prediction_ms({"teacher": wide, "student": torch.nn.Linear(64, 10)}, torch.randn(256, 64))
     assert set(timed) == {"teacher", "student"} and 0 < timed["student"] < timed["teacher"]
+
+
+def test_zoo_rounds_retrain_on_the_round_befores_labels_resume_as_hits_and_stop_when_cv_stops_improving(
+        tmp_path, monkeypatch, capsys):
+    """kk.rounds.zoo_rounds, the tabular notebook's GBDT rounds, on a model whose right share of its
+    validation rows grows with its training rows: round 1's pseudo-labelled pool lifts CV from 0.7 to
+    1, round 2 (taught by round 1's models, not the first) adds nothing and the rounds stop, said; run
+    again, every (model, fold) of every round is a hit."""
+    from sklearn.model_selection import KFold
+
+    import kagglekit as kk
+    monkeypatch.setenv("KAGGLEKIT_OUTPUT", str(tmp_path / "out"))
+    declared = {"seed": 0, "force_retrain": False, "time_budget_s": 0.0, "data_dir": ""}
+    run = kk.start(dict(declared), "rounds", declared=dict(declared), verbose=False)
+    y, pool = np.arange(60) % 2, 40
+    cv = kk.folds.CrossValidation(run, "toy", KFold(3, shuffle=True, random_state=0), n=60, y=y)
+
+    def fold_data(fold):
+        return {"y_train": y[fold.train], "y_val": y[fold.val]}
+
+    def train(data, threads):
+        right = np.arange(len(data["y_val"])) < min(1.0, len(data["y_train"]) / 60) * len(data["y_val"])
+        return kk.folds.Predictions(oof=np.where(right, data["y_val"], 1 - data["y_val"]).astype(float),
+                                    test=np.full(pool, 0.9))
+
+    seen = []
+
+    def teacher_of(result, names):
+        seen.append(list(names))
+        mean = lambda preds: np.stack([1 - np.mean([preds[m] for m in names], 0),  # noqa: E731
+                                       np.mean([preds[m] for m in names], 0)], 1)
+        return distill.Teacher("toy", cv.fold_of, mean(result.oof), fold_pool=[mean(result.fold_test[k]) for k in range(3)])
+
+    def data_with(teacher, fold):
+        rows, probs = distill.pseudo_labels(teacher, fold.index, 0.5)
+        return {**fold_data(fold), "y_train": np.concatenate([y[fold.train], probs.argmax(1)])}
+
+    scoring = {"target": y, "metric": lambda t, p: float(np.mean(t == p)), "higher_is_better": True}
+    zoo = {"toy": kk.zoo.Model(train, {})}
+    first = kk.zoo.cross_validate(cv, zoo, fold_data, **scoring, workers=1)
+    result = kk.rounds.zoo_rounds(cv, zoo, fold_data, {**scoring, "workers": 1}, first=first, taught=["toy"],
+                                  teacher_of=teacher_of, data_with=data_with, rounds=4)
+    assert seen == [["toy"], ["toy+pl"]]
+    assert [round(result.scores[m]["mean"], 4) for m in ("toy", "toy+pl", "toy+pl2")] == [0.7, 1.0, 1.0]
+    assert "toy+pl3" not in result.scores
+    assert "pseudo-label round 2: its best CV 1 does not beat the round before's 1: the rounds stop" in \
+        capsys.readouterr().out
+    misses = sum(not e["hit"] for e in run.cache.events)
+    again = kk.rounds.zoo_rounds(cv, zoo, fold_data, {**scoring, "workers": 1}, first=first, taught=["toy"],
+                                 teacher_of=teacher_of, data_with=data_with, rounds=4)
+    assert sum(not e["hit"] for e in run.cache.events) == misses and again.scores == result.scores

@@ -10,7 +10,7 @@ stop when CV stops improving (said), or at ``max_rounds``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -53,3 +53,43 @@ def pseudo_label_rounds(run, name: str, splitter, *, n: int, y, train_fold: Call
 
 def _taught(train_fold: Callable, teacher: Teacher | None, fold):
     return train_fold(fold, teacher)
+
+
+def zoo_rounds(cv, zoo: dict, fold_data: Callable, scoring: dict, *, first: CVResult, taught: Sequence[str],
+               teacher_of: Callable, data_with: Callable, rounds: int = 1, extra: dict | None = None) -> CVResult:
+    """Pseudo-label rounds of a ``kk.zoo`` ensemble (the tabular notebook's GBDTs). Round r trains the
+    models ``taught`` again, as ``<name>+pl`` in round 1 and ``<name>+pl<r>`` after, each fold's data
+    ``data_with(teacher, fold)`` where ``teacher = teacher_of(result, names)`` is the round before's
+    (``first``'s ``taught`` for round 1): a ``distill.Teacher`` whose fold k labels fold k's rows only.
+    Each (model, fold) a unit keyed by its teacher's labels: a kill or a new version resumes at the
+    round and fold it reached, a finished one is never trained again. ``extra``: models trained
+    beside round 1 (a student). The rounds stop when a round's best CV does not beat the round
+    before's (said); the result holds every round's models, for the ensemble to weigh."""
+    from ..state import keys
+    from .zoo import Model, cross_validate
+    higher = scoring.get("higher_is_better", False)
+    result, names = first, list(taught)
+    best = _best(first, names, higher) if taught else 0.0
+    zoo.update(extra or {})
+    for r in range(1, (rounds if taught else 1) + 1):
+        if taught:
+            teacher = teacher_of(result, names)
+            taught_by = {"teacher": keys.fingerprint(teacher.fold_pool)[:16]}  # new labels: a new model
+            names = [f"{n}+pl{r if r > 1 else ''}" for n in taught]
+            zoo.update({name: Model(zoo[n].train, {**zoo[n].config, **taught_by},
+                                    data=functools.partial(data_with, teacher)) for n, name in zip(taught, names)})
+        result = cross_validate(cv, zoo, fold_data, **scoring)
+        if not (taught and result.complete):
+            break
+        score = _best(result, names, higher)
+        if not (score > best if higher else score < best):
+            notice(f"pseudo-label round {r}: its best CV {score:.5g} does not beat the round before's {best:.5g}: "
+                   "the rounds stop")
+            break
+        best = score
+    return result
+
+
+def _best(result: CVResult, names: list[str], higher: bool) -> float:
+    means = [result.scores[n]["mean"] for n in names]
+    return max(means) if higher else min(means)
