@@ -158,7 +158,8 @@ def test_zoo_rounds_retrain_on_the_round_befores_labels_resume_as_hits_and_stop_
         seen.append(list(names))
         mean = lambda preds: np.stack([1 - np.mean([preds[m] for m in names], 0),  # noqa: E731
                                        np.mean([preds[m] for m in names], 0)], 1)
-        return distill.Teacher("toy", cv.fold_of, mean(result.oof), fold_pool=[mean(result.fold_test[k]) for k in range(3)])
+        return distill.Teacher("toy", cv.fold_of, mean(result.oof),
+                               fold_pool=[mean(result.fold_test[k]) for k in range(3)])
 
     def data_with(teacher, fold):
         rows, probs = distill.pseudo_labels(teacher, fold.index, 0.5)
