@@ -5,7 +5,9 @@ split), keyed by the keys of the round before, so a kill or a new kernel version
 round and fold it reached and a finished round or fold is a cache hit, never trained again. Fold k
 of round r + 1 is taught by fold k of round r alone (``distill.pseudo_labels``): that model never
 saw fold k's validation rows, so the CV of every round is honest on the labelled rows. The rounds
-stop when CV stops improving (said), or at ``max_rounds``.
+stop when CV stops improving (said), or at ``max_rounds``. ``pseudo_label_rounds`` does it for one
+model's cross-validation; ``zoo_rounds`` for a ``kk.zoo`` ensemble's models (the tabular GBDTs), each
+(model, fold) of each round a unit of the zoo's.
 """
 from __future__ import annotations
 
