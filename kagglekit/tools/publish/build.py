@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ...llm import vllmbackend
 from . import credentials, metadata, wheels
 from .layout import build_root
 
@@ -81,9 +82,10 @@ EXPECTED_GPUS = {"NvidiaTeslaT4": "2:T4"}  # machine_shape -> "count:name" the r
 
 
 def install_cell(wheel: Path, provenance: dict, machine_shape: str = "NvidiaTeslaT4",
-                 extras: dict | None = None, owner: str = "") -> dict:
+                 extras: dict | None = None, owner: str = "", engine: dict | None = None) -> dict:
     """The hidden first cell: the embedded kit, then ``extras`` ({package: wheel file
-    prefix}) from the attached wheels dataset, or an error naming what is missing."""
+    prefix}) from the attached wheels dataset, or an error naming what is missing; ``engine``
+    (vLLM's lock) the same way into a folder of its own that only the engine's process reads."""
     payload = base64.b64encode(wheel.read_bytes()).decode()
     expect = EXPECTED_GPUS.get(machine_shape, "")
     commit = provenance["commit"][:12] + (" +dirty" if provenance["dirty"] else "")
@@ -95,7 +97,8 @@ _whl = os.path.join(_dir, "{wheel.name}")
 with open(_whl, "wb") as _f:
     _f.write(base64.b64decode("{payload}"))
 _wheels = [_whl]
-''' + (_extras_source(extras, owner) if extras else "") + f'''# One pip for all (each costs a second of start-up).
+''' + (_extras_source(extras, owner) if extras else "") \
+        + (_engine_source(engine, owner) if engine else "") + f'''# One pip for all (each costs a second of start-up).
 # Bytecode is compiled for what is imported, when it is (not all of onnx's).
 _installed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
                              "--no-compile", "--target", os.path.join(_dir, "site"), *_wheels],
@@ -112,10 +115,26 @@ os.environ["KAGGLEKIT_EXPECT_GPUS"] = "{expect}"  # kk.start() checks the GPUs K
 def _extras_source(extras: dict, owner: str) -> str:
     """Install what Kaggle's image lacks from the wheels dataset, in either /kaggle/input
     layout; fail here, naming the package and the fix, before any work."""
-    return f'''# Packages Kaggle's image lacks: from the attached dataset {owner}/kagglekit-wheels.
-import glob
+    return f"# Packages Kaggle's image lacks: from the attached dataset {owner}/kagglekit-wheels.\n" \
+        + _found_source(extras, owner) + "_wheels += [hits[0] for hits in _found.values()]\n"
+
+
+def _engine_source(engine: dict, owner: str) -> str:
+    """vLLM and its own versions of what it needs, from the same dataset, into ``vllm-site``: the engine's
+    process puts it first on its path (kagglekit/llm/vllmbackend.py), the notebook's never does."""
+    return "# vLLM for the engines: its own versions (transformers among them), read by their processes only.\n" \
+        + _found_source(engine, owner) + f'''_engine_site = os.path.join(_dir, "vllm-site")
+subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
+                "--target", _engine_site, *(hits[0] for hits in _found.values())], check=True)
+os.environ["{vllmbackend.SITE_ENV}"] = _engine_site
+'''
+
+
+def _found_source(wanted: dict, owner: str) -> str:
+    """``_found``: each wanted package's wheels in the attached dataset; an error naming every one missing."""
+    return f'''import glob
 _inputs = os.path.join(os.environ.get("KAGGLEKIT_ROOT", "/kaggle"), "input")  # a simulated root in tests
-_wanted = {extras!r}
+_wanted = {wanted!r}
 _found = {{name: sorted(glob.glob(os.path.join(_inputs, "datasets", "*", "kagglekit-wheels", prefix + "*.whl"))
                         + glob.glob(os.path.join(_inputs, "kagglekit-wheels", prefix + "*.whl")))
           for name, prefix in _wanted.items()}}
@@ -125,13 +144,12 @@ if _missing:
         f"{{', '.join(_missing)}}: not in Kaggle's image, and no attached input holds its wheel. "
         "Attach the dataset {owner}/kagglekit-wheels (make push creates it and attaches it to "
         "every notebook that needs it), or turn the kernel's internet on and pip install it.") from None
-_wheels += [hits[0] for hits in _found.values()]
 '''
 
 
 def render(notebook: Path, params: dict, wheel: Path, out: Path,
            machine_shape: str = "NvidiaTeslaT4", untracked: bool = False,
-           extras: dict | None = None, owner: str = "") -> dict:
+           extras: dict | None = None, owner: str = "", engine: dict | None = None) -> dict:
     """Inject ``params`` (papermill prepare-only), strip local traces, embed the wheel."""
     import papermill
 
@@ -149,7 +167,7 @@ def render(notebook: Path, params: dict, wheel: Path, out: Path,
             cell["outputs"], cell["execution_count"] = [], None
     provenance = {**git_state(), "version": _version()}
     provenance["dirty"] = provenance["dirty"] or untracked  # new files went into the wheel
-    cell = install_cell(wheel, provenance, machine_shape, extras, owner)
+    cell = install_cell(wheel, provenance, machine_shape, extras, owner, engine)
     if (nb.get("nbformat"), nb.get("nbformat_minor", 0)) >= (4, 5):
         cell["id"] = "kagglekit-install"  # nbformat 4.5 requires an id on every cell
     nb["cells"].insert(0, cell)
@@ -191,10 +209,10 @@ def build(name: str, *, metadata_dir=Path("kernel-metadata"), notebooks_dir=Path
         wheel, untracked = build_wheel(out_root / "_wheel")
     code_file = f"{meta['slug']}.ipynb"
     notebook = Path(notebooks_dir) / f"{meta.get('notebook', name)}.ipynb"
-    extras = {name: wheels.wheel_name(name, wheels.pinned(name)) for name in meta.get("wheels", [])}
+    extras, engine = wheels.kernel_wheels(meta.get("wheels", []))
     params = {**meta.get("parameters", {}), **_criteria(meta, notebook), **(overrides or {})}
     render(notebook, params, wheel, out / code_file,
-           meta["machine_shape"], untracked, extras, owner)
+           meta["machine_shape"], untracked, extras, owner, engine)
     (out / "kernel-metadata.json").write_text(
         json.dumps(metadata.kaggle_metadata(meta, owner, code_file), indent=2) + "\n")
     _refuse_secrets(out)

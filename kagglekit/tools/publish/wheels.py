@@ -31,6 +31,10 @@ SLUG = "kagglekit-wheels"
 TITLE = "kagglekit wheels"
 REQUIREMENTS = Path("requirements.txt")
 GPU_REQUIREMENTS = Path("setup/gpu-requirements.txt")  # never installed here: wheels for GPU kernels
+# vLLM and what it needs beyond the image (vllmwheels.py writes it): a kernel naming "vllm" in its "wheels"
+# gets all of them, installed in a folder of their own that only the engine's process reads.
+ENGINE = "vllm"
+ENGINE_LOCK = Path("setup/vllm-gpu-lock.txt")
 
 
 class WheelError(RuntimeError):
@@ -40,18 +44,36 @@ class WheelError(RuntimeError):
 def pinned(package: str, requirements: Path = REQUIREMENTS, gpu_only: Path = GPU_REQUIREMENTS) -> str:
     """``package``'s exact version in requirements.txt, else in the GPU-only pins (names
     compared as pip does)."""
-    wanted = _normal(package)
     for path in (requirements, gpu_only):
-        for line in (path.read_text().splitlines() if path.exists() else []):
-            m = re.match(r"\s*([A-Za-z0-9_.-]+)\s*==\s*([^\s;#]+)", line)
-            if m and _normal(m.group(1)) == wanted:
-                return m.group(2)
+        if path.exists() and normal_name(package) in pins_in(path):
+            return pins_in(path)[normal_name(package)]
     raise WheelError(f"{package!r} (a notebook's \"wheels\") is not pinned with == in {requirements} "
                      f"(or {gpu_only} for a GPU-only package): pin it there, so that Kaggle runs the "
                      "version the tests ran")
 
 
-def _normal(name: str) -> str:
+def pins_in(path: Path) -> dict[str, str]:
+    """Every ``name==version`` line of ``path`` (names as pip normalises them)."""
+    found = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"\s*([A-Za-z0-9_.-]+)\s*==\s*([^\s;#]+)", line)
+        if m:
+            found[normal_name(m.group(1))] = m.group(2)
+    return found
+
+
+def kernel_wheels(names: list[str], lock: Path = ENGINE_LOCK) -> tuple[dict[str, str], dict[str, str]]:
+    """A kernel's "wheels" as the install cell finds them: ({package: wheel file prefix} for the notebook's
+    Python, the same for the engine's folder: vLLM's lock when ``names`` holds vllm, else empty)."""
+    extras = {name: wheel_name(name, pinned(name)) for name in names if normal_name(name) != ENGINE}
+    if ENGINE not in {normal_name(name) for name in names}:
+        return extras, {}
+    if not lock.exists():
+        raise WheelError(f"{lock} is missing: `make vllm-lock` writes it (vLLM's wheels for a Kaggle kernel)")
+    return extras, {name: wheel_name(name, version) for name, version in pins_in(lock).items()}
+
+
+def normal_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -76,13 +98,15 @@ def target_of(python: Path | str) -> list[str]:
             *KAGGLE_TARGET[KAGGLE_TARGET.index("--platform"):]]
 
 
-def fetch(packages: list[str], folder: Path, target: list[str] = KAGGLE_TARGET) -> dict[str, Path]:
-    """Each package's pinned wheel for Kaggle's interpreter (``target``) in ``folder`` (pure-Python
-    or manylinux, no dependencies: the image has those); already there, it is not fetched again."""
+def fetch(packages: list[str], folder: Path, target: list[str] = KAGGLE_TARGET,
+          versions: dict[str, str] | None = None) -> dict[str, Path]:
+    """Each package's pinned wheel (``versions``' where given) for Kaggle's interpreter (``target``) in
+    ``folder`` (pure-Python or manylinux, no dependencies: the image has those); already there, it is not
+    fetched again."""
     folder.mkdir(parents=True, exist_ok=True)
     found = {}
     for package in packages:
-        version = pinned(package)
+        version = (versions or {}).get(package) or pinned(package)
         have = _wheels_of(folder, package, version)
         if not have:
             done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
@@ -105,7 +129,10 @@ def build_dataset(folder: Path, owner: str, kit_wheel: Path, packages: list[str]
     for old in folder.glob("kagglekit-*.whl"):
         old.unlink()
     shutil.copy2(kit_wheel, folder / kit_wheel.name)
-    fetch(packages, folder, target)
+    fetch([p for p in packages if normal_name(p) != ENGINE], folder, target)
+    if ENGINE in {normal_name(p) for p in packages}:  # vLLM's own versions, beside the notebook's
+        engine = pins_in(ENGINE_LOCK)
+        fetch(list(engine), folder, target, versions=engine)
     (folder / "dataset-metadata.json").write_text(json.dumps(
         {"title": TITLE, "id": f"{owner}/{SLUG}", "licenses": [{"name": "other"}],
          "description": "Wheels kagglekit notebooks install offline (make push keeps it)."},
