@@ -100,3 +100,13 @@ def test_the_docs_quote_the_locks_vllm_and_its_count():
     name, version = vllmwheels.VLLM.split("==")
     assert f"(vLLM {version}, the last release built on the image's torch {vllmwheels.image_pins()['torch']}, " \
            f"and the {len(LOCK) - 1} packages it needs beyond the image" in text
+
+
+def test_the_sandbox_refuses_a_vllm_kernel_before_fetching_anything(tmp_path):
+    """vLLM's CUDA build cannot start without a GPU: `make sandbox NB=text_generation_vllm` says so at once,
+    not after minutes of fetching its wheels for a kernel that then fails."""
+    done = subprocess.run(["make", "--no-print-directory", "sandbox", "NB=text_generation_vllm", f"KEEP={tmp_path}/k"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "text_generation_vllm: its wheels name vllm, whose CUDA build needs a GPU; the sandbox has none" in done.stderr
+    assert not (tmp_path / "k" / "wheels").exists()

