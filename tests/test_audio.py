@@ -275,26 +275,38 @@ def test_fold_models_are_exported_only_when_another_runtime_is_faster(tmp_path, 
 
 
 @pytest.mark.slow
-def test_at_its_smoke_size_the_notebook_teaches_a_student_the_pool_fold_by_fold(tmp_path):
-    """make test's run of the audio notebook (smoke: student_width=4): the fold CNNs label the four unlabelled
-    train soundscapes (48 windows), each fold's student learns fold k's labelled windows and the pool as fold
-    k's CNN heard it, on the teacher's folds; it is scored on labelled windows and the test, timed on the CPU
-    beside a fold CNN, and the rerun's plan counts its predictions. The run reads as a report."""
+def test_at_its_smoke_size_the_notebook_teaches_students_the_pool_fold_by_fold_in_rounds(tmp_path):
+    """make test's run of the audio notebook (smoke: student_width=4) with up to three rounds: the fold CNNs label
+    the four unlabelled train soundscapes (48 windows), each fold's round-1 student learns fold k's labelled
+    windows and the pool as fold k's CNN heard it, round r + 1's as fold k's round-r student heard it, all on the
+    teacher's folds; the rounds go on while CV rises, the best round's students are scored on the test, timed on
+    the CPU beside a fold CNN, and counted in the rerun's plan. Run again, nothing trains. It reads as a report."""
     from test_notebooks import assert_reads_as_a_report
 
     from kagglekit.tools.notebook_runner import run_notebook
-    out = run_notebook(REPO / "notebooks" / "audio_classification.ipynb", {"smoke": True},
-                       output_dir=tmp_path / "audio", progress=False)
+    run = lambda: run_notebook(REPO / "notebooks" / "audio_classification.ipynb",  # noqa: E731
+                               {"smoke": True, "student_rounds": 3}, output_dir=tmp_path / "audio", progress=False)
+    out = run()
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["pool_windows"] == 4 * 12
     assert {"student", "test_student", "cnn", "mel_logreg"} <= set(metrics["scores"])
     assert 0.5 < metrics["scores"]["student"] <= 1 and set(metrics["rerun_ms_per_window"]) == {"teacher", "student"}
+    cvs = list(metrics["student_rounds"].values())  # each round run only after one that beat the round before
+    assert 2 <= len(cvs) <= 3 and all(b > a for a, b in zip(cvs, cvs[1:-1])), cvs
+    assert len(cvs) == 3 or cvs[-1] <= cvs[-2], cvs  # fewer than three: the last did not beat the one before
+    best = 1 + max(range(len(cvs)), key=cvs.__getitem__)
+    assert metrics["scores"]["student"] == cvs[best - 1]
     planned = [u["name"] for u in metrics["rerun_plan"]["units"]]
-    assert {"predict-audio-student-fold0", "predict-audio-student-fold1", "predict-cnn-audio-fold0"} <= set(planned)
+    assert {f"predict-audio-student-round{best}-fold0", f"predict-audio-student-round{best}-fold1",
+            "predict-cnn-audio-fold0"} <= set(planned), planned
     units = {u["name"] for u in metrics["units"]} if isinstance(metrics["units"], list) else set(metrics["units"])
-    assert {"pool", "audio-student-fold0"} <= units, units
-    student = [line for line in metrics["summary"] if "of the student (width 4" in line["result"]]
+    assert {"pool", *(f"audio-student-round{r}-fold{k}" for r in range(1, len(cvs) + 1) for k in (0, 1))} <= units
+    student = [line for line in metrics["summary"] if f"of the student (width 4, round {best} of {len(cvs)}"
+               in line["result"]]
     assert student and student[0]["value"] == metrics["scores"]["student"], metrics["summary"]
+    again = json.loads((run() / "metrics.json").read_text())
+    assert again["student_rounds"] == metrics["student_rounds"]
+    assert [k for k, v in again["chain"].items() if v == "computed" and "student" in k] == [], again["chain"]
     assert_reads_as_a_report(out, "audio_classification")
 
 

@@ -59,6 +59,27 @@ def test_the_oof_score_is_scikit_learns_metric_on_the_concatenated_oof_predictio
     assert metrics["cv_m"]["scores"]["mean"]["mean"] == pytest.approx(np.mean(per_fold))
 
 
+def test_a_folds_record_holding_arrays_is_a_cache_hit_in_the_next_run(tmp_path):
+    """A record may carry a fold model's arrays (its probabilities of an unlabelled pool, for the next round
+    of students): they come back equal, and the next run trains nothing (a cache entry loads with
+    weights_only=True, which a pickled numpy array would fail: every run would have retrained the fold)."""
+    import warnings
+    trained = []
+
+    def fold_with_a_pool(fold):
+        trained.append(fold.index)
+        pool = np.linspace(0, 1, 12).reshape(4, 3) + fold.index
+        return kk.folds.Predictions(oof={"m": np.zeros(len(fold.val))}, record={"pool": pool, "rows": [len(pool)]})
+    for _ in range(2):
+        run = _start(tmp_path / "out")
+        cv = kk.folds.CrossValidation(run, "pooled", KFold(2, shuffle=True, random_state=0), n=10)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # an unusable cache entry is a warning, then a silent retraining
+            result = cv.run(fold_with_a_pool, target=np.zeros(10), metric=lambda y, p: 0.0)
+        assert np.array_equal(np.asarray(result.records[1]["pool"]), np.linspace(0, 1, 12).reshape(4, 3) + 1)
+    assert trained == [0, 1]
+
+
 def test_the_ensemble_weights_are_fitted_out_of_fold_and_written_beside_the_models(tmp_path, capsys):
     """Multi-step targets (a horizon of 2): a model that is the truth plus a little noise, one that
     is pure noise; the weights find the first, sum to one, and the weighted OOF and test

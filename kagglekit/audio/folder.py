@@ -73,6 +73,15 @@ class AudioCompetition:
         frame.insert(0, "row_id", row_ids)
         return frame
 
+    def test_scores(self, row_ids: list[str], candidates: dict, metric) -> dict:
+        """``{"test_<name>": metric(truth, probs)}`` of each candidate's test windows, where the folder holds the
+        answers (``solution.csv``: a stand-in's, or a finished competition's); {} where it does not."""
+        solution = self.folder / "solution.csv"
+        if not (solution.exists() and len(row_ids)):
+            return {}
+        truth = csvfile.read(solution, dtype={"row_id": str}).set_index("row_id").loc[row_ids, self.classes].to_numpy()
+        return {f"test_{name}": metric(truth, probs) for name, probs in candidates.items()}
+
 
 def read_competition(folder: Path | str) -> AudioCompetition:
     """The competition in ``folder`` (see the module)."""

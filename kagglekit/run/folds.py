@@ -253,14 +253,28 @@ def checked(result, fold: Fold) -> Predictions:
 
 
 def as_tensors(result: Predictions) -> dict:
-    """Predictions as float64 tensors (the record as it is: plain values) for the cache."""
+    """Predictions as float64 tensors for the cache; the record's plain values as they are, its arrays as
+    tensors (a cache entry loads with ``weights_only=True``, which refuses a pickled numpy array: such an
+    entry would be recomputed on every run)."""
     import torch
     def tensors(models: dict | np.ndarray) -> dict:
         if not isinstance(models, dict):
             raise TypeError("a fold's kk.folds.Predictions name their models: oof={'model': predictions}, "
                             "test={'model': predictions}")
         return {m: torch.as_tensor(np.asarray(v, dtype=np.float64)) for m, v in models.items()}
-    return {"oof": tensors(result.oof), "test": tensors(result.test), "record": result.record}
+    return {"oof": tensors(result.oof), "test": tensors(result.test), "record": _loadable(result.record)}
+
+
+def _loadable(value):
+    """``value`` with every numpy array in it (in dicts, lists and tuples) a tensor."""
+    import torch
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biufc":  # numbers (an object array stays)
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, dict):
+        return {k: _loadable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_loadable(v) for v in value)
+    return value
 
 
 def as_predictions(stored) -> Predictions:

@@ -13,44 +13,72 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..machine.display import notice
-from .distill import Teacher
+from .distill import Teacher, check_folds
 from .foldresults import CVResult
 from .folds import CrossValidation
 
 
+@dataclass
+class Round:
+    """One round: its cross-validation (its folds' units: the models to restore) and its result."""
+    cv: CrossValidation
+    result: CVResult
+
+
 def pseudo_label_rounds(run, name: str, splitter, *, n: int, y, train_fold: Callable, metric: Callable,
                         max_rounds: int = 3, higher_is_better: bool = True, data=None, code=None,
-                        per_version: int = 0) -> list[CVResult]:
-    """Rounds 1.. of ``train_fold(fold, teacher) -> kk.folds.Predictions``: its ``oof`` and ``test`` hold
-    one model's probabilities, its ``record["pool"]`` that fold model's probabilities of the unlabelled
-    pool (a tensor); ``teacher`` is None in round 1 and then a ``distill.Teacher`` of the round before
-    (``distill.pseudo_labels(teacher, fold.index)``). ``metric(truth, prediction)`` scores the labelled
-    rows. The rounds done, the last one unfinished (pending folds) if the session ended in it."""
-    results: list[CVResult] = []
-    teacher, after, best = None, "", None
+                        per_version: int = 0, first: Teacher | None = None, groups=None, target=None,
+                        model: str | None = None, config: dict | None = None) -> list[Round]:
+    """Rounds 1.. of ``train_fold(fold, teacher) -> kk.folds.Predictions``: its ``oof`` (and ``test``, if
+    any) hold one model's probabilities, its ``record["pool"]`` that fold model's probabilities of the
+    unlabelled pool; ``teacher`` is ``first`` in round 1 (None: the first round learns the labels alone) and
+    then a ``distill.Teacher`` of the round before (``distill.pseudo_labels(teacher, fold.index)``).
+    ``metric(truth, prediction)`` scores the labelled rows (``target``: their truth where it is not ``y``, the
+    labels the folds are stratified on); ``model``: the one of the predictions that teaches and is compared (the
+    first by default); ``groups`` and ``config`` go to every round's cross-validation. The rounds done, the
+    last one unfinished (pending folds) if the session ended in it; ``best_round`` picks the one to use."""
+    from ..state import keys
+    rounds: list[Round] = []
+    teacher, best = first, None
+    after = keys.fingerprint(first.fold_pool)[:16] if first is not None else ""  # new labels: a new round 1
     for r in range(1, max_rounds + 1):
-        cv = CrossValidation(run, f"{name}-round{r}", splitter, n=n, y=y, code=code or train_fold, data=data,
-                             config={"round": r, "after": after})
+        cv = CrossValidation(run, f"{name}-round{r}", splitter, n=n, y=y, groups=groups, code=code or train_fold,
+                             data=data, config={**(config or {}), "round": r, "after": after})
+        if teacher is not None and teacher.fold_of is not None:
+            check_folds(teacher, cv.fold_of, f"{name} round {r}")  # other folds: refused, naming both
         taught = functools.partial(_taught, train_fold, teacher)  # this round's teacher, bound now
-        result = cv.run(taught, target=y, metric=metric, higher_is_better=higher_is_better, per_version=per_version)
-        results.append(result)
+        result = cv.run(taught, target=y if target is None else target, metric=metric,
+                        higher_is_better=higher_is_better, per_version=per_version)
+        rounds.append(Round(cv, result))
         if not result.complete:
-            return results
-        model = next(iter(result.scores))
+            return rounds
+        model = model or next(iter(result.scores))
         score = result.scores[model]["mean"]
         if best is not None and not (score > best if higher_is_better else score < best):
             notice(f"{name}: round {r}'s CV {score:.4f} does not beat round {r - 1}'s {best:.4f}: the rounds stop, "
                    f"round {r - 1}'s students are the ones to use")
             break
         best, after = score, ",".join(f.unit.key for f in cv.folds)
+        tested = [result.fold_test.get(k, {}) for k in range(len(cv.folds))]  # none where the folds predict no test
         teacher = Teacher(f"{name} round {r}", cv.fold_of, result.oof[model],
                           [np.asarray(result.records[k]["pool"]) for k in range(len(cv.folds))],
-                          [result.fold_test[k][model] for k in range(len(cv.folds))])
-    return results
+                          [t[model] for t in tested if model in t])
+    return rounds
+
+
+def best_round(rounds: list[Round], higher_is_better: bool = True, model: str | None = None) -> Round | None:
+    """The finished round of ``model``'s (the first's) best CV, the earlier on a tie; None while round 1 is
+    unfinished."""
+    done = [r for r in rounds if r.result.complete]
+    if not done:
+        return None
+    mean = lambda r: r.result.scores[model or next(iter(r.result.scores))]["mean"]  # noqa: E731
+    return (max if higher_is_better else min)(done, key=mean)
 
 
 def _taught(train_fold: Callable, teacher: Teacher | None, fold):

@@ -51,10 +51,11 @@ def main(slow: float) -> None:
         run, "digits", StratifiedKFold(3, shuffle=True, random_state=0), n=len(labelled), y=y[labelled],
         train_fold=train_fold, metric=lambda t, p: float((np.asarray(p).argmax(1) == t).mean()), max_rounds=3,
         code="rounds_job v1")
-    last = done[-1]
+    last = done[-1].result
     if last.complete:
         digest = hashlib.sha256(np.ascontiguousarray(last.oof["mlp"]).tobytes()).hexdigest()[:16]
-        print(f"ROUNDS {len(done)} CV {[round(r.scores['mlp']['mean'], 4) for r in done]} OOF {digest}", flush=True)
+        cvs = [round(r.result.scores["mlp"]["mean"], 4) for r in done]
+        print(f"ROUNDS {len(done)} CV {cvs} OOF {digest}", flush=True)
     else:
         print(f"PENDING {last.message}", flush=True)
 
