@@ -91,3 +91,31 @@ def test_a_kernels_vllm_folder_runs_the_engine_on_the_notebooks_own_python(tmp_p
            for b in ("hf", "vllm")}
     assert np.abs(got["hf"] - got["vllm"]).max() < 1e-5
     assert transformers.__version__ == "5.0.0"  # the image's, in the notebook; vLLM's in its engine only
+
+
+def test_the_text_generation_notebook_on_vllm_under_the_t4x2_emulation_twice_into_one_output(tmp_path, monkeypatch,
+                                                                                             capfd):
+    """engine="vllm" in the notebook, two emulated T4s (an engine on each): its shards are vLLM's, both engines
+    served some, the submission is checked; the second run into the same output computes nothing. The engines'
+    own output stays in their logs (before, vLLM's shutdown wrote a "Logging error" traceback per line)."""
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+
+    from kagglekit.tools.notebook_runner import run_notebook
+    monkeypatch.setenv("KAGGLEKIT_EMULATE", "t4x2")
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "text_generation.ipynb"
+    params = {"smoke": True, "engine": "vllm"}
+    out = run_notebook(notebook, params, output_dir=tmp_path / "out", progress=False)
+    metrics = json.loads((out / "metrics.json").read_text())
+    shards = {name: unit for name, unit in metrics["units"].items() if "-shard" in name}
+    assert shards and {u["config"]["backend"] for u in shards.values()} == {"vllm"}
+    served = {e.get("worker") for e in metrics["cache"]["entries"] if "-shard" in e["name"]}
+    assert served == {0, 1}, served  # one engine per emulated T4
+    submission = pd.read_csv(out / "submission.csv")
+    again = json.loads((run_notebook(notebook, params, output_dir=out, progress=False) / "metrics.json").read_text())
+    assert again["cache"]["misses"] == 0 and set(again["chain"].values()) <= {"hit", "cached"}
+    assert pd.read_csv(out / "submission.csv").equals(submission)
+    said = capfd.readouterr()
+    assert "Logging error" not in said.out + said.err and "BrokenPipeError" not in said.out + said.err

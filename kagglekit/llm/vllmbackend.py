@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,21 +76,23 @@ class Loaded:
     tokenizer: Any  # the kit's own (lengths, for the shards)
     device: str
     version: str = ""
+    log: Path | None = None  # what the engine wrote to stderr (vLLM's warnings, a crash's traceback)
 
     def ask(self, request: dict) -> dict:
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
-        reply = _reply(self.process)
+        reply = _reply(self.process, self.log)
         if "error" in reply:
             raise VllmError(f"the vLLM engine: {reply['error']}")
         return reply
 
 
-def _reply(process) -> dict:
+def _reply(process, log: Path | None) -> dict:
     for line in process.stdout:
         if line.startswith("KKJSON "):
             return json.loads(line[len("KKJSON "):])
-    raise VllmError(f"the vLLM engine ended (exit {process.wait()}): its log is on stderr")
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log and log.exists() else ""
+    raise VllmError(f"the vLLM engine ended (exit {process.wait()}); its log {log} ends:\n{tail}")
 
 
 def load(model_dir: Path | str, device: str = "cpu", settings: dict | None = None) -> Loaded:
@@ -98,15 +101,20 @@ def load(model_dir: Path | str, device: str = "cpu", settings: dict | None = Non
     found = python()
     if found is None:
         raise VllmError(available()[1])
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING", **os.environ,
+           "VLLM_LOGGING_STREAM": "ext://sys.stderr"}  # stdout is the replies' channel; its warnings on stderr
     if os.environ.get(SITE_ENV):  # vLLM's versions before the interpreter's own, in the engine's process only
         env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ[SITE_ENV], os.environ.get("PYTHONPATH")) if p)
     settings = settings if settings is not None else settings_for(device)
-    process = subprocess.Popen([str(found), str(SERVER), str(model_dir), json.dumps(settings)], env=env, text=True,
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=1)
-    ready = _reply(process)
+    # its stderr to a file: vLLM's warnings and its libraries' notices would fill the notebook's output, one
+    # engine per GPU; a failure's message ends with the file's last lines
+    handle, name = tempfile.mkstemp(prefix="kagglekit-vllm-", suffix=".log")
+    with os.fdopen(handle, "w") as log:
+        process = subprocess.Popen([str(found), str(SERVER), str(model_dir), json.dumps(settings)], env=env,
+                                   text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, bufsize=1)
+    ready = _reply(process, Path(name))
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-    return Loaded(process, tokenizer, device, str(ready.get("vllm", "")))
+    return Loaded(process, tokenizer, device, str(ready.get("vllm", "")), Path(name))
 
 
 def close(loaded: Loaded) -> None:

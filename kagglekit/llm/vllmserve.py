@@ -52,7 +52,7 @@ def main() -> None:
     model, settings = sys.argv[1], json.loads(sys.argv[2])
     llm = vllm.LLM(model=model, logprobs_mode="processed_logprobs", **settings)
     _reply({"ready": True, "vllm": vllm.__version__})
-    for line in sys.stdin:
+    for line in sys.stdin:  # until "stop", or the end of stdin: the kit's worker ended
         request = json.loads(line)
         if request["op"] == "stop":
             break
@@ -60,6 +60,9 @@ def main() -> None:
             _reply(_answers(llm, request) if request["op"] == "answers" else _generate(llm, request))
         except Exception as error:  # noqa: BLE001 (said to the kit, which raises it with the engine's words)
             _reply({"error": f"{type(error).__name__}: {error}"})
+    # the engine's processes stopped now, while this one is whole: left to vLLM's finalizers at exit, they are
+    # killed with a warning each, written to pipes whose readers have gone (a traceback per line on screen)
+    llm.llm_engine.engine_core.shutdown()
 
 
 if __name__ == "__main__":  # vLLM starts processes of its own: the engine only in the main one
