@@ -111,3 +111,31 @@ def test_the_sandbox_refuses_a_vllm_kernel_before_fetching_anything(tmp_path):
     said = "text_generation_vllm: its wheels name vllm, whose CUDA build needs a GPU; the sandbox has none"
     assert said in done.stderr
     assert not (tmp_path / "k" / "wheels").exists()
+
+
+@pytest.mark.slow
+def test_the_wheels_dataset_holds_vllms_versions_beside_the_notebooks_own(tmp_path, monkeypatch):
+    """The same package at two versions in one dataset: the notebook's (requirements.txt's huggingface-hub
+    1.11.0) and vLLM's (the lock's 2.4.0), each found by the install cell's prefix for its own folder."""
+    lock = tmp_path / "lock.txt"
+    lock.write_text(f"huggingface-hub=={LOCK['huggingface-hub']}\ninteregular=={LOCK['interegular']}\n")
+    monkeypatch.setattr(wheels, "ENGINE_LOCK", lock)
+    kit = wheels.fetch(["interegular"], tmp_path / "kit", versions={"interegular": LOCK["interegular"]})["interegular"]
+    folder = wheels.build_dataset(tmp_path / "dataset", "me", kit, ["huggingface-hub", "vllm"])
+    extras, engine = wheels.kernel_wheels(["huggingface-hub", "vllm"], lock)
+    for prefix in [*extras.values(), *engine.values()]:
+        assert len([p for p in folder.glob("*.whl") if p.name.lower().startswith(prefix.lower())]) == 1, prefix
+    assert extras["huggingface-hub"] != engine["huggingface-hub"]
+
+
+def test_make_build_gives_the_vllm_kernel_an_install_cell_for_the_whole_lock(tmp_path):
+    done = subprocess.run(["make", "--no-print-directory", "build", "NB=text_generation_vllm"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "KAGGLEKIT_BUILD": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    built = json.loads(next(tmp_path.rglob("kagglekit-text-generation-vllm.ipynb")).read_text())
+    first = "".join(built["cells"][0]["source"])
+    assert "vllm-site" in first and all(f"'{name}'" in first for name in LOCK)
+    tagged = lambda tag: next("".join(c["source"]) for c in built["cells"]  # noqa: E731
+                              if tag in c["metadata"].get("tags", []))
+    assert 'engine = "vllm"' in tagged("injected-parameters")
