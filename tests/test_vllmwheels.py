@@ -26,7 +26,7 @@ def test_the_lock_is_the_pinned_vllm_beside_the_images_torch_never_shipping_the_
     the image's torch stack above all (vLLM's CUDA kernels load against the image's torch)."""
     name, version = vllmwheels.VLLM.split("==")
     assert LOCK[name] == version
-    image = vllmwheels.image_pins()
+    image = wheels.pins_in(vllmwheels.IMAGE)
     assert not set(LOCK) & {"torch", "torchvision", "torchaudio", "triton"}
     assert not [n for n, v in LOCK.items() if image.get(n) == v]
     assert LOCK["transformers"] != image["transformers"]  # why it needs a folder of its own
@@ -35,8 +35,8 @@ def test_the_lock_is_the_pinned_vllm_beside_the_images_torch_never_shipping_the_
 def test_a_vllm_built_on_another_torch_than_the_images_is_refused_naming_both_and_the_fix():
     with pytest.raises(wheels.WheelError, match=r"vllm==0\.33\.0 requires torch==2\.14\.0, Kaggle's image .* has "
                                                 r"torch==2\.13\.0: .* Pin the vLLM"):
-        vllmwheels.check_torch("vllm==0.33.0", {"torch": "2.14.0"}, vllmwheels.image_pins())
-    vllmwheels.check_torch(vllmwheels.VLLM, {"torch": "2.13.0"}, vllmwheels.image_pins())
+        vllmwheels.check_torch("vllm==0.33.0", {"torch": "2.14.0"}, wheels.pins_in(vllmwheels.IMAGE))
+    vllmwheels.check_torch(vllmwheels.VLLM, {"torch": "2.13.0"}, wheels.pins_in(vllmwheels.IMAGE))
 
 
 def test_pips_conflict_names_the_images_versions_vllm_refuses():
@@ -98,7 +98,8 @@ def test_a_site_folder_without_vllm_is_no_vllm_environment(tmp_path, monkeypatch
 def test_the_docs_quote_the_locks_vllm_and_its_count():
     text = " ".join((REPO / "docs" / "notebooks.md").read_text().split())
     name, version = vllmwheels.VLLM.split("==")
-    assert f"(vLLM {version}, the last release built on the image's torch {vllmwheels.image_pins()['torch']}, " \
+    torch = wheels.pins_in(vllmwheels.IMAGE)["torch"]
+    assert f"(vLLM {version}, the last release built on the image's torch {torch}, " \
            f"and the {len(LOCK) - 1} packages it needs beyond the image" in text
 
 

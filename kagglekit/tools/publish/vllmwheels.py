@@ -35,11 +35,6 @@ TARGET = KAGGLE_TARGET[:KAGGLE_TARGET.index("--platform")] + [
 STANDIN_LABEL = "+kaggleimage"  # a local version: above the index's same release, so pip takes the stand-in
 
 
-def image_pins(image: Path = IMAGE) -> dict[str, str]:
-    """The image's packages and their pinned versions (names as pip normalises them)."""
-    return pins_in(image)
-
-
 def _pip_report(requirements: list[str], extra: list[str]) -> list[dict]:
     """What pip would install for ``requirements`` on Kaggle's interpreter: each one's metadata and url."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -108,7 +103,7 @@ def _standin_wheel(folder: Path, name: str, version: str) -> str:
 def resolve(vllm: str = VLLM, image: Path = IMAGE) -> list[tuple[str, str, str]]:
     """(name, version, wheel file) of every package ``vllm`` needs on Kaggle that the image lacks or holds at a
     version it refuses: the image's own versions are kept wherever vLLM admits them, its torch stack always."""
-    pins = image_pins(image)
+    pins = pins_in(image)  # the image's packages and versions
     stack = torch_stack(vllm)
     check_torch(vllm, stack, pins)
     keep = {name: version for name, version in pins.items() if name not in stack}
