@@ -22,10 +22,10 @@ pytestmark = [pytest.mark.slow]
 
 
 @pytest.fixture(scope="session")
-def bench(kernel_env, tmp_path_factory):
+def built_bench(kernel_env, tmp_path_factory):
     """The kit's wheel and the wheels dataset, built once per run for every kernel: the xdist
     workers share them (the first builds, under a lock in the run's own temp folder; the others
-    wait, not build again), and each worker runs its kernels' versions in a folder of its own."""
+    wait, not build again)."""
     import dataclasses
     import fcntl
 
@@ -43,7 +43,17 @@ def bench(kernel_env, tmp_path_factory):
             built = sandbox.prepare(shared, NOTEBOOKS + [SERVED], jobs=2)
             record.write_text(json.dumps({k: str(v) if isinstance(v, Path) else v
                                           for k, v in dataclasses.asdict(built).items()}))
-    yield dataclasses.replace(built, work=tmp_path_factory.mktemp("box"))
+    return built
+
+
+@pytest.fixture
+def bench(built_bench, tmp_path):
+    """Each test runs its kernels' versions in its own temp folder, which pytest removes once the test
+    passed (tmp_path_retention_policy). Why not one folder per worker: a notebook's versions leave up
+    to 1 GB (inputs mounted by copy, caches, checkpoints), and a whole `make test-e2e` kept them all to
+    its end: on 2026-12-07 a CI run on a shared disk with less than 8 GB free stopped with ENOSPC."""
+    import dataclasses
+    return dataclasses.replace(built_bench, work=tmp_path / "box")
 
 
 @contextlib.contextmanager
