@@ -80,6 +80,45 @@ def test_a_folds_record_holding_arrays_is_a_cache_hit_in_the_next_run(tmp_path):
     assert trained == [0, 1]
 
 
+def _rank_training(run, fold):
+    """A fold trained on two ranks: each its half of the validation rows, rank 0's Predictions returned."""
+    import torch.distributed as dist
+    time.sleep(0.3)  # the training's time, which the record must hold
+    mine = np.full(len(fold.val), float(run.rank + 1))
+    gathered = [None] * run.world_size
+    dist.all_gather_object(gathered, mine[run.rank::run.world_size])
+    if not run.is_main:
+        return None
+    oof = np.empty(len(fold.val))
+    for rank, part in enumerate(gathered):
+        oof[rank::run.world_size] = part
+    return kk.folds.Predictions(oof={"ranks": oof}, record={"world": run.world_size})
+
+
+def test_a_fold_trained_on_two_ranks_is_rank_0s_predictions_with_its_seconds_kept_across_runs(tmp_path):
+    """One form from the rank to the CV table: ``run.launch`` hands rank 0's Predictions back as they are
+    (two gloo processes, as on the two T4s), the kit adds the training's seconds to the record, and the next
+    run's cache hit carries the same seconds (what a scoring rerun's plan reads), training nothing."""
+    seconds = []
+    for _ in range(2):
+        run = _start(tmp_path / "out")
+        cv = kk.folds.CrossValidation(run, "ranks", KFold(2, shuffle=True, random_state=0), n=8)
+        result = cv.run(lambda fold, run=run: run.launch(_rank_training, fold, nprocs=2), target=np.ones(8),
+                        metric=lambda y, p: float(np.mean(p)))
+        assert result.complete and result.scores["ranks"]["mean"] == pytest.approx(1.5)  # both ranks' rows
+        assert [result.records[k]["world"] for k in (0, 1)] == [2, 2]
+        seconds.append([result.records[k]["seconds"] for k in (0, 1)])
+        assert run.cache.stats()["misses"] == (2 if len(seconds) == 1 else 0)
+    assert min(seconds[0]) >= 0.3 and seconds[1] == seconds[0]
+
+
+def test_a_fold_returning_a_plain_dict_is_refused_naming_the_form(tmp_path):
+    run = _start(tmp_path / "out")
+    cv = kk.folds.CrossValidation(run, "dicts", KFold(2), n=4)
+    with pytest.raises(TypeError, match=r"returned dict: return kk.folds.Predictions.*rank 0's"):
+        cv.run(lambda fold: {"oof": {"m": np.zeros(len(fold.val))}})
+
+
 def test_the_ensemble_weights_are_fitted_out_of_fold_and_written_beside_the_models(tmp_path, capsys):
     """Multi-step targets (a horizon of 2): a model that is the truth plus a little noise, one that
     is pure noise; the weights find the first, sum to one, and the weighted OOF and test

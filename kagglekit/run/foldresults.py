@@ -19,8 +19,11 @@ from .splitters import as_array
 class Predictions:
     """What one fold's training returns: ``oof`` {model: its predictions of the fold's
     validation rows, in their order}, ``test`` {model: its predictions of the test rows} and
-    ``record`` (plain values kept with the fold: fit summaries, per-seed scores). A model of
-    ``kk.zoo`` returns its own predictions as arrays (the zoo names them)."""
+    ``record`` (plain values kept with the fold: fit summaries, per-seed scores; ``seconds``, the
+    training's, added by the cross-validation). A model of ``kk.zoo`` returns its own predictions
+    as arrays (the zoo names them). The one form of a fold's result from where it is trained to
+    the CV table: a training on every GPU returns it from rank 0 (``run.launch`` hands it back
+    as it is), the cache keeps it, ``CVResult`` assembles the folds'."""
     oof: dict | np.ndarray
     test: dict | np.ndarray = field(default_factory=dict)
     record: dict = field(default_factory=dict)

@@ -27,6 +27,7 @@ predictions, which is what blends across kernels are fitted on. No CV score exis
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,7 +135,7 @@ class CrossValidation:
         for fold in self.folds[:1]:
             fold.unit.check(train_fold)  # it reads no parameter the folds' key lacks
         jobs = [(fold.unit, fold) for fold in self.folds]
-        train = lambda unit, fold: unit.cached(lambda: as_tensors(checked(train_fold(fold), fold)))  # noqa: E731
+        train = lambda unit, fold: unit.cached(lambda: as_tensors(timed(train_fold, fold)))  # noqa: E731
         done = turns.in_turn(jobs, train, who="folds", earlier_s=self._previous_seconds(), per_version=per_version)
         by_unit = {fold.unit.name: fold.index for fold in self.folds}
         return {by_unit[unit.name]: as_predictions(value) for unit, value in done}
@@ -243,12 +244,21 @@ class CrossValidation:
                     results, target, test_ids)
 
 
+def timed(train_fold: Callable[[Fold], Predictions], fold: Fold) -> Predictions:
+    """``train_fold(fold)``, its seconds in the record (``seconds``, unless the training put its own there):
+    kept with the fold's predictions, so a later version's scoring-rerun plan reads what the training took."""
+    started = time.monotonic()
+    result = checked(train_fold(fold), fold)
+    result.record.setdefault("seconds", time.monotonic() - started)
+    return result
+
+
 def checked(result, fold: Fold) -> Predictions:
     if not isinstance(result, Predictions):
         raise TypeError(f"train_fold({fold.name}) returned {type(result).__name__}: return "
-                        "kk.folds.Predictions(oof=..., test=..., record=...); a training the "
-                        "session's time cut short raises kk.Unfinished (a fit with the fold "
-                        "unit's checkpoints does)")
+                        "kk.folds.Predictions(oof=..., test=..., record=...) (a training on every GPU: "
+                        "rank 0's, as run.launch hands it back); a training the session's time cut short "
+                        "raises kk.Unfinished (a fit with the fold unit's checkpoints does)")
     return result
 
 
