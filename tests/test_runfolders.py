@@ -190,6 +190,31 @@ def test_a_run_sent_sigterm_says_killed_and_leaves_no_kernel(tmp_path):
     assert not gone, f"left running: {gone}"
 
 
+def test_a_notebooks_kernel_talks_over_its_own_unix_sockets_never_a_tcp_port(tmp_path, monkeypatch):
+    """Kernels started side by side never race for a port (jupyter_client frees the TCP ports it picks
+    before the kernel binds them: "ZMQError: Address already in use", papermill#511): the runner's kernel
+    listens on socket files in a folder of its own. Four notebooks at once, each reading its transport."""
+    import concurrent.futures
+
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from kagglekit.tools.notebook_runner import run_notebook
+    nb = new_notebook(cells=[new_code_cell("tag = ''", metadata={"tags": ["parameters"]}), new_code_cell(
+        "import json, ipykernel\n"
+        "info = ipykernel.get_connection_info(unpack=True)\n"
+        "json.dump({'transport': info['transport'], 'ip': info['ip']}, open(f'{tag}.json', 'w'))")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "transport.ipynb")
+    monkeypatch.chdir(tmp_path)  # the kernel's cwd is the caller's (each writes <tag>.json there)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda tag: run_notebook(tmp_path / "transport.ipynb", {"tag": tag}, output_dir=tmp_path / tag,
+                                               progress=False), "abcd"))
+    seen = [json.loads((tmp_path / f"{tag}.json").read_text()) for tag in "abcd"]
+    assert {s["transport"] for s in seen} == {"ipc"}
+    assert len({s["ip"] for s in seen}) == 4  # each kernel's sockets its own
+
+
 def test_a_running_status_whose_process_is_gone_shows_killed():
     import socket
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
