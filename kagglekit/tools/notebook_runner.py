@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..run import params as params_mod, paths
 from ..state import atomic
-from . import borrow, runfolders
+from . import borrow, kernelsockets, runfolders
 from .publish.data import data_root
 
 
@@ -143,22 +143,6 @@ def _terminate_as_exit():
         signal.signal(signal.SIGTERM, previous)
 
 
-SOCKET_PATH_MAX = 100  # a Unix socket's path holds 104 bytes on macOS, 108 on Linux; the kernel adds "-<n>"
-
-
-def _kernel_manager(folder: Path):
-    """The kernel on Unix sockets in ``folder`` (its own), not on TCP ports: jupyter_client picks
-    free ports and closes them before the kernel binds them, so kernels starting side by side (the
-    test workers', two `make run`s) can pick the same one, and one dies with "ZMQError: Address
-    already in use" (papermill#511; seen in this suite on 2026-12-07). Socket files are never
-    shared. A temp folder too deep for a socket's path: TCP, as papermill would."""
-    from jupyter_client.manager import AsyncKernelManager
-    sockets = str(folder / "kernel")
-    if len(sockets) > SOCKET_PATH_MAX - 3:
-        return AsyncKernelManager(kernel_name="python3")
-    return AsyncKernelManager(kernel_name="python3", transport="ipc", ip=sockets)
-
-
 def _execute(notebook: Path, params: dict, out: Path, timeout_s, progress: bool) -> None:
     """papermill into a side file: only a run that finished replaces ``<name>.ipynb``."""
     import papermill
@@ -183,7 +167,7 @@ def _execute(notebook: Path, params: dict, out: Path, timeout_s, progress: bool)
             papermill.execute_notebook(
                 str(source), str(running), parameters=params, kernel_name="python3",
                 cwd=str(Path.cwd()), progress_bar=progress, execution_timeout=timeout_s,
-                log_output=False, km=_kernel_manager(Path(tmp)))
+                log_output=False, km=kernelsockets.manager(Path(tmp)))  # no port to race for
         os.replace(running, final)
     except BaseException:
         if running.exists():

@@ -141,8 +141,8 @@ def run_version(built: Path, slug: str, version: Version, bench: Bench, cap: int
         env["KAGGLE_IS_COMPETITION_RERUN"] = "True"
     started = time.monotonic()
     try:  # TMPDIR short: AF_UNIX socket paths stop at 108 bytes
-        done = subprocess.run([sys.executable, "-m", "papermill", str(built), str(working / built.name), "-k",
-                               "kaggle-image", "--cwd", str(working), "--no-progress-bar"],
+        done = subprocess.run([sys.executable, "-m", "kagglekit.tools.kernelsockets", str(built),  # papermill's
+                               str(working / built.name), "--kernel", "kaggle-image", "--cwd", str(working)],
                               env=env, capture_output=True, text=True)
     finally:
         shutil.rmtree(env["TMPDIR"], ignore_errors=True)
