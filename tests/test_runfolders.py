@@ -195,15 +195,17 @@ def test_a_notebooks_kernel_talks_over_its_own_unix_sockets_never_a_tcp_port(tmp
     before the kernel binds them: "ZMQError: Address already in use", papermill#511): the runner's kernel
     listens on socket files in a folder of its own. Four notebooks at once, each reading its transport."""
     import concurrent.futures
+    import time
 
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
+    from kagglekit.machine.signals import alive
     from kagglekit.tools.notebook_runner import run_notebook
     nb = new_notebook(cells=[new_code_cell("tag = ''", metadata={"tags": ["parameters"]}), new_code_cell(
-        "import json, ipykernel\n"
+        "import json, os, ipykernel\n"
         "info = ipykernel.get_connection_info(unpack=True)\n"
-        "json.dump({'transport': info['transport'], 'ip': info['ip']}, open(f'{tag}.json', 'w'))")])
+        "json.dump({'transport': info['transport'], 'ip': info['ip'], 'pid': os.getpid()}, open(f'{tag}.json', 'w'))")])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, tmp_path / "transport.ipynb")
     monkeypatch.chdir(tmp_path)  # the kernel's cwd is the caller's (each writes <tag>.json there)
@@ -213,6 +215,12 @@ def test_a_notebooks_kernel_talks_over_its_own_unix_sockets_never_a_tcp_port(tmp
     seen = [json.loads((tmp_path / f"{tag}.json").read_text()) for tag in "abcd"]
     assert {s["transport"] for s in seen} == {"ipc"}
     assert len({s["ip"] for s in seen}) == 4  # each kernel's sockets its own
+    for _ in range(100):  # and each kernel shut down with its run (a kernel manager handed to papermill is not)
+        if not [s["pid"] for s in seen if alive(s["pid"])]:
+            break
+        time.sleep(0.1)
+    assert [s["pid"] for s in seen if alive(s["pid"])] == []
+    assert not [p for s in seen for p in Path(s["ip"]).parent.glob("kernel-*")]  # the socket files went too
 
 
 def test_a_running_status_whose_process_is_gone_shows_killed():

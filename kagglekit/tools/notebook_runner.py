@@ -167,7 +167,7 @@ def _execute(notebook: Path, params: dict, out: Path, timeout_s, progress: bool)
             papermill.execute_notebook(
                 str(source), str(running), parameters=params, kernel_name="python3",
                 cwd=str(Path.cwd()), progress_bar=progress, execution_timeout=timeout_s,
-                log_output=False, km=kernelsockets.manager(Path(tmp)))  # no port to race for
+                log_output=False, kernel_manager_class=kernelsockets.manager_class(Path(tmp)))  # no port to race
         os.replace(running, final)
     except BaseException:
         if running.exists():
