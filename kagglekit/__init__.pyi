@@ -140,6 +140,7 @@ from .text import sft as sft
 from .text import textprobe as textprobe
 from .text import textscore as textscore
 from .text import textsets as textsets
+from .text import textstudent as textstudent
 from .text import translation as translation
 from . import volumes as volumes
 from .volumes import augment3d as augment3d
@@ -318,6 +319,7 @@ __all__ = [
     "textprobe",
     "textscore",
     "textsets",
+    "textstudent",
     "tiff",
     "timeseries",
     "train",

@@ -104,3 +104,7 @@ def test_a_run_folder_whose_name_holds_commas_is_one_source(tmp_path, monkeypatc
     assert blend.split_sources(f"{run}, {other}") == [str(run), str(other)]
     assert blend.split_sources("runs/tabular/folds=3,seed=1,runs/text") == ["runs/tabular/folds=3,seed=1", "runs/text"]
     assert blend.split_sources("someone/kernel-a,someone/kernel-b,") == ["someone/kernel-a", "someone/kernel-b"]
+    from kagglekit.run import paths  # the check before any work reads them the same way
+    paths.check('sources = ""  # kernels\n', {"sources": f"{run},{other}"}, roots=[])
+    with pytest.raises(paths.PathError, match=r"sources='seed=2' does not exist"):  # the piece no folder holds
+        paths.check('sources = ""  # kernels\n', {"sources": f"{run.parent / 'folds=3,seed=2'},{other}"}, roots=[])

@@ -1,4 +1,6 @@
 """Soft labels and pseudo-labels that know which folds their teachers saw (kagglekit/run/distill.py)."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -179,3 +181,83 @@ def test_zoo_rounds_retrain_on_the_round_befores_labels_resume_as_hits_and_stop_
     again = kk.rounds.zoo_rounds(cv, zoo, fold_data, {**scoring, "workers": 1}, first=first, taught=["toy"],
                                  teacher_of=teacher_of, data_with=data_with, rounds=4)
     assert sum(not e["hit"] for e in run.cache.events) == misses and again.scores == result.scores
+
+
+def _teacher_run(out, ids, labelled: bool = True, seed: int = 1):
+    """A teacher's output as CrossValidation writes it: 3 folds of 12 rows, each fold model's probabilities of
+    every labelled row (``labelled``) built so that row i's value says which fold model predicted it."""
+    import os
+
+    from sklearn.model_selection import KFold
+
+    import kagglekit as kk
+    declared = {"seed": 0, "force_retrain": False, "time_budget_s": 0.0, "precision": "auto", "data_dir": ""}
+    os.environ["KAGGLEKIT_OUTPUT"] = str(out)
+    try:
+        run = kk.start(dict(declared), "teacher", declared=dict(declared), verbose=False)
+        cv = kk.folds.CrossValidation(run, "text", KFold(3, shuffle=True, random_state=seed), n=len(ids), ids=ids)
+
+        def fold_model(fold):
+            probs = np.stack([np.full(len(ids), fold.index / 10), 1 - np.full(len(ids), fold.index / 10)], 1)
+            return kk.folds.Predictions(oof={"transformer": probs[fold.val]},
+                                        labelled={"transformer": probs} if labelled else {})
+        cv.run(fold_model, target=np.arange(len(ids)) % 2)
+    finally:
+        os.environ.pop("KAGGLEKIT_OUTPUT", None)
+    return cv
+
+
+def test_a_teacher_run_s_output_is_read_by_id_with_each_fold_model_s_predictions_of_every_row(tmp_path):
+    ids = [f"t{i}" for i in range(12)]
+    cv = _teacher_run(tmp_path / "teacher", ids)
+    shuffled = ids[::-1]  # the student's train.csv in another order: aligned by id, never by position
+    teacher = distill.from_output(str(tmp_path / "teacher"), "transformer", shuffled)
+    assert teacher.name == "transformer@teacher" and len(teacher.fold_labelled) == 3
+    for k in range(3):  # fold k's file is fold k's model's: its value on every row is k / 10
+        assert np.allclose(teacher.fold_labelled[k][:, 0], k / 10)
+    order = [ids.index(i) for i in shuffled]
+    assert np.array_equal(teacher.fold_of, cv.fold_of[order])  # its folds, in the student's row order
+    distill.check_folds(teacher, cv.fold_of[order], "this model")
+    other = _teacher_run(tmp_path / "other", ids, seed=2).fold_of  # another seed: other folds, refused
+    with pytest.raises(distill.DistillError, match=r"teacher 'transformer@teacher''s folds are not 'this model''s"):
+        distill.check_folds(teacher, other, "this model")
+
+
+def test_a_teacher_without_its_fold_models_predictions_or_of_other_rows_is_refused_naming_the_fix(tmp_path):
+    ids = [f"t{i}" for i in range(12)]
+    _teacher_run(tmp_path / "plain", ids, labelled=False)
+    with pytest.raises(distill.DistillError, match="no fold model's predictions of every labelled row: run the "
+                                                   "teacher with teach=True"):
+        distill.from_output(str(tmp_path / "plain"), "transformer", ids)
+    _teacher_run(tmp_path / "teacher", ids)
+    with pytest.raises(distill.DistillError, match=r"1 of our rows unknown to it \(e\.g\. id t99\)"):
+        distill.from_output(str(tmp_path / "teacher"), "transformer", ids + ["t99"])
+    with pytest.raises(distill.DistillError, match="no 'deberta' predictions"):
+        distill.from_output(str(tmp_path / "teacher"), "deberta", ids)
+
+
+def test_a_text_student_s_loss_moves_it_toward_its_teacher_s_soft_labels_not_only_the_labels():
+    """``kk.textstudent``: a fold's texts collated with the teacher's probabilities, the loss read off the
+    classifier's logits; with the soft term alone a student follows soft labels that contradict the labels."""
+    import tempfile
+
+    from kagglekit.text import classifier, textsets, textstudent
+    path = textsets.write_standin_model(Path(tempfile.gettempdir()) / "kagglekit-models", "bert", 0, 32, 1)
+    tokenizer = classifier.load_tokenizer(path)
+    texts = classifier.TokenizedTexts(tokenizer, ["the cat sat first", "then the dog ran", "a bird", "rain fell"],
+                                      16, [0, 0, 0, 0])
+    soft = np.tile([0.1, 0.9], (4, 1))  # the teacher says class 1, the labels class 0
+    batch = classifier.collator(tokenizer)([textstudent.TaughtTexts(texts, soft)[i] for i in range(4)])
+    assert batch["soft"].shape == (4, 2) and batch["labels"].tolist() == [0, 0, 0, 0]
+    torch.manual_seed(0)
+    model, _ = classifier.load_classifier(path, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    for _ in range(20):
+        optimizer.zero_grad()
+        textstudent.loss(temperature=1.0, mix=1.0)(model, batch).backward()
+        optimizer.step()
+    with torch.no_grad():
+        probs = torch.softmax(model(**{k: v for k, v in batch.items() if k not in ("labels", "soft")}).logits, 1)
+    assert probs[:, 1].mean() > 0.8, probs  # the soft labels, not the labels
+    with pytest.raises(distill.DistillError, match="4 training texts .* and 3 rows of the teacher's probabilities"):
+        textstudent.TaughtTexts(texts, soft[:3])

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from kagglekit import params
@@ -107,3 +109,15 @@ def test_the_kernel_refuses_an_undeclared_choice_before_the_run_starts():
     ns["graphs"] = "always"
     with pytest.raises(ParameterError, match="'graphs' = 'always'.*off \\| auto \\| strict"):
         params.validate(ns)
+
+
+@pytest.mark.parametrize("notebook", sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "notebooks").glob(
+    "*.ipynb")))
+def test_papermill_reads_every_parameter_the_kit_declares(notebook):
+    """papermill skips a parameter line holding a second "=" (in its comment, say), and then warns "Passed unknown
+    parameter" for every value a user gives it: each notebook's parameters as papermill reads them are the kit's."""
+    import papermill
+
+    from kagglekit.tools.notebook_runner import parameters_source
+    path = Path(__file__).resolve().parents[1] / "notebooks" / f"{notebook}.ipynb"
+    assert set(papermill.inspect_notebook(str(path))) == set(contract.declarations(parameters_source(path)))

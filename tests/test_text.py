@@ -464,3 +464,35 @@ def test_a_new_test_csv_is_predicted_again_from_the_finished_adapters_without_tr
     assert trained == {p: p.stat().st_mtime_ns for p in (again / "checkpoints").rglob("step-*")}
     new = pd.read_csv(again / "submission.csv")
     assert new["id"].tolist() == test["id"].tolist()
+
+
+@pytest.mark.slow
+def test_a_small_model_learns_each_fold_from_the_teacher_run_that_never_saw_it_and_other_folds_are_refused(
+        tmp_path, models):
+    """Distillation across runs (issue 87): a run with ``teach`` keeps each fold model's probabilities of every
+    training text; a smaller model's run given it as ``teacher_dir`` learns fold k from fold k's teacher,
+    reports its CV beside its teacher's on the same folds and its test-prediction seconds beside the teacher's;
+    a student whose folds are not the teacher's (another seed) is refused before any training, naming both."""
+    import pandas as pd
+    folder = textsets.write_competition(tmp_path / "comp", 240, 48, seed=0)  # one competition: only the seed differs
+    teacher_out, teacher = _run(tmp_path, {"smoke": True, "data_dir": str(folder), "folds": 3, "teach": True})
+    oof = pd.read_parquet(teacher_out / "oof.parquet")
+    for k in range(3):  # fold k's file is fold k's model: on its own validation rows, the OOF predictions
+        own = pd.read_parquet(next((teacher_out / "folds").glob(f"*/labelled_fold{k}.parquet")))
+        val = oof[oof["fold"] == k].merge(own, on=["id", "step"], suffixes=("", "_fold"))
+        assert len(val) == (oof["fold"] == k).sum() > 0
+        assert np.array_equal(val["transformer"], val["transformer_fold"])
+        assert own["id"].nunique() == 240  # and every training text, which the student of fold k learns from
+    small = textsets.write_standin_model(tmp_path / "small", "bert", 0, hidden=32, layers=1)
+    student_params = {"smoke": True, "data_dir": str(folder), "folds": 3, "model_dir": str(small), "lr": 2e-3,
+                      "head_lr": 2e-3, "teacher_dir": str(teacher_out)}
+    student_out, student = _run(tmp_path, student_params)
+    assert student["scores"]["teacher"] == pytest.approx(teacher["scores"]["transformer"])  # same folds and rows
+    assert any("taught" in line["result"] for line in student["summary"])
+    executed = (student_out / "text_classification.ipynb").read_text()
+    assert "by the teacher (transformer@" in executed and student["test_predict_s"] > 0
+    with pytest.raises(Exception, match=r"folds are not 'this model''s \(\d+ of 240 rows in another fold\)"):
+        _run(tmp_path, {**student_params, "seed": 1})
+    runs = [p for p in (tmp_path / "text_classification").iterdir() if p.name != "latest"]
+    refused = next(p for p in runs if p not in (teacher_out, student_out))
+    assert len(runs) == 3 and not list(refused.rglob("step-*"))  # refused before any training

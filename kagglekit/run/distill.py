@@ -16,13 +16,16 @@ For the student's fold k:
   labelled by every fold model, as the test is, would carry fold k's labels into fold k's training;
 - **the test** takes the mean of the fold teachers, as a submission does.
 
-A teacher whose folds are not the student's, or unknown (trained on every labelled row), is refused
+A teacher from another run (``from_output``: a bigger model's run whose folds returned ``labelled``,
+each fold model's predictions of every labelled row) is read by id, the same policy holding across
+runs. A teacher whose folds are not the student's, or unknown (trained on every labelled row), is refused
 before any training, naming both (``check_folds``): its soft labels would carry the student's
 validation rows. ``loss`` is the distillation loss a notebook hands ``fit``, ``Taught`` the rows it
 reads, ``prediction_ms`` what a student saves a CPU rerun.
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -48,6 +51,8 @@ class Teacher:
     fold_pool: list = field(default_factory=list)
     fold_test: list = field(default_factory=list)
     ids: np.ndarray | None = None  # the labelled rows' ids, to line them up with the student's
+    fold_labelled: list = field(default_factory=list)  # per fold model: its predictions of every labelled row
+    prediction_s: float | None = None  # its run's seconds to predict the test rows (a student's is set beside it)
 
     @property
     def test(self) -> np.ndarray:
@@ -71,6 +76,64 @@ def check_folds(teacher: Teacher, student_fold_of: np.ndarray, student: str = "s
         raise DistillError(f"teacher {teacher.name!r}'s folds are not {student!r}'s ({differ} of {len(mine)} rows in "
                            "another fold): a training row's soft label would come from a model that saw the "
                            "student's validation rows. Use the same splitter and seed for both (kk.folds)")
+
+
+def from_output(reference: str, model: str, ids, roots=None) -> Teacher:
+    """The teacher a finished run left in its output (``reference``: its folder, or its kernel's
+    ``owner/slug`` attached): ``model``'s out-of-fold predictions with each row's fold (oof.parquet), and each
+    fold model's predictions of every labelled row (``labelled_fold<k>.parquet``, written where its folds
+    returned ``labelled``), in the order of ``ids``. Refused, naming the first difference, when it predicted
+    other rows or left no fold's predictions of the labelled rows; ``check_folds`` then compares its folds
+    with the student's."""
+    import pandas as pd
+
+    from ..submit.blend import locate
+    from ..submit.oofsources import wide
+    folder, ids = locate(reference, roots), np.asarray(ids).astype(str)
+    split = _labelled_folder(folder, reference)
+    oof = pd.read_parquet(folder / "oof.parquet").astype({"id": str})
+    files = sorted(split.glob("labelled_fold*.parquet"), key=lambda f: int(f.stem.removeprefix("labelled_fold")))
+    labelled = [pd.read_parquet(f).astype({"id": str}) for f in files]
+    lacking = sorted(set(ids) - set(labelled[0]["id"]))
+    if model not in oof.columns or lacking:
+        what = f"no {model!r} predictions" if model not in oof.columns else \
+            f"{len(lacking)} of our rows unknown to it (e.g. id {lacking[0]})"
+        raise DistillError(f"teacher_dir {folder.name}: {what}: attach a teacher of this notebook, this "
+                           "competition and this train.csv")
+    folds = oof[oof["step"] == 0].set_index("id")["fold"].reindex(ids)
+    metrics = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").exists() else {}
+    print(f"teacher {model}@{folder.name}: {len(files)} fold models' predictions of every labelled row")
+    return Teacher(f"{model}@{folder.name}", folds.fillna(-1).to_numpy(int), wide(oof, model, ids), ids=ids,
+                   fold_labelled=[wide(f, model, ids) for f in labelled], prediction_s=metrics.get("test_predict_s"))
+
+
+def _labelled_folder(folder, reference: str):
+    """The one folds folder of a teacher's output that holds its fold models' predictions of the labelled rows."""
+    found = sorted({f.parent for f in (folder / "folds").glob("*/labelled_fold0.parquet")})
+    lacking = ("no oof.parquet" if not (folder / "oof.parquet").exists() else
+               "no fold model's predictions of every labelled row" if not found else
+               f"{len(found)} folds folders of fold models' predictions ({', '.join(f.name for f in found)})")
+    if not (folder / "oof.parquet").exists() or len(found) != 1:
+        raise DistillError(f"teacher_dir {reference!r}: {lacking}: run the teacher with teach=True to its end "
+                           "(every fold done) and attach its output folder")
+    return found[0]
+
+
+def teacher_files(reference: str, roots=None) -> list:
+    """The files of a teacher's output a student reads (its oof.parquet and its folds' predictions): what
+    the student's folds are keyed by, so another teacher trains another student."""
+    from ..submit.blend import locate
+    folder = locate(reference, roots)
+    return sorted([folder / "oof.parquet", *(folder / "folds").glob("*/labelled_fold*.parquet")])
+
+
+def log_prediction_s(run, seconds: float, teacher: Teacher | None = None) -> None:
+    """The seconds this run took to predict the test rows, logged (``test_predict_s``: what a student of it is
+    compared with) and, beside its teacher's, printed: what a student saves the scoring rerun."""
+    run.log(test_predict_s=seconds)
+    if teacher is not None and teacher.prediction_s:
+        print(f"the test rows predicted in {seconds:.1f} s, by the teacher ({teacher.name}) in "
+              f"{teacher.prediction_s:.1f} s: {teacher.prediction_s / max(seconds, 1e-9):.1f}x the teacher's speed")
 
 
 def soft_targets(teacher: Teacher, fold: int, rows: np.ndarray, policy: str = "fold",
@@ -110,7 +173,7 @@ def loss(temperature: float = 2.0, mix: float = 0.5):
         labelled = hard >= 0
         ce = F.cross_entropy(logits[labelled], hard[labelled], reduction="sum") if labelled.any() else logits.sum() * 0
         weight = torch.where(labelled, torch.full_like(kl, mix), torch.ones_like(kl))
-        return ((weight * kl).sum() * temperature ** 2 + (1 - mix) * ce) / len(x)
+        return ((weight * kl).sum() * temperature ** 2 + (1 - mix) * ce) / len(hard)  # rows (x may be a dict)
     return distill_loss
 
 

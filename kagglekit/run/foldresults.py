@@ -21,12 +21,15 @@ class Predictions:
     validation rows, in their order}, ``test`` {model: its predictions of the test rows} and
     ``record`` (plain values kept with the fold: fit summaries, per-seed scores; ``seconds``, the
     training's, added by the cross-validation). A model of ``kk.zoo`` returns its own predictions
-    as arrays (the zoo names them). The one form of a fold's result from where it is trained to
+    as arrays (the zoo names them). ``labelled`` {model: the fold model's predictions of every labelled
+    row}: what a student of that fold learns from (``kk.distill.from_output``; written as
+    ``labelled_fold<k>.parquet``). The one form of a fold's result from where it is trained to
     the CV table: a training on every GPU returns it from rank 0 (``run.launch`` hands it back
     as it is), the cache keeps it, ``CVResult`` assembles the folds'."""
     oof: dict | np.ndarray
     test: dict | np.ndarray = field(default_factory=dict)
     record: dict = field(default_factory=dict)
+    labelled: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -272,7 +272,8 @@ def as_tensors(result: Predictions) -> dict:
             raise TypeError("a fold's kk.folds.Predictions name their models: oof={'model': predictions}, "
                             "test={'model': predictions}")
         return {m: torch.as_tensor(np.asarray(v, dtype=np.float64)) for m, v in models.items()}
-    return {"oof": tensors(result.oof), "test": tensors(result.test), "record": _loadable(result.record)}
+    return {"oof": tensors(result.oof), "test": tensors(result.test), "record": _loadable(result.record),
+            "labelled": tensors(result.labelled)}
 
 
 def _loadable(value):
@@ -290,4 +291,5 @@ def _loadable(value):
 def as_predictions(stored) -> Predictions:
     """A fold's cached predictions (``as_tensors``'s form) back as ``Predictions`` of arrays."""
     arrays = lambda models: {m: np.asarray(v) for m, v in models.items()}  # noqa: E731
-    return Predictions(arrays(stored["oof"]), arrays(stored.get("test", {})), stored.get("record", {}))
+    return Predictions(arrays(stored["oof"]), arrays(stored.get("test", {})), stored.get("record", {}),
+                       arrays(stored.get("labelled", {})))

@@ -14,8 +14,13 @@ from ..state import atomic
 def write(out: Path, folder: Path, ids: np.ndarray, fold_of: np.ndarray, oof: dict, test: dict,
           results: dict, target, test_ids) -> None:
     """oof.parquet / test.parquet in ``out`` (the output root a blend kernel attaches), each
-    fold's test predictions as ``test_fold<k>_<model>.npy`` in ``folder``."""
+    fold's test predictions as ``test_fold<k>_<model>.npy`` in ``folder``, and its predictions of every
+    labelled row, where the fold returned them, as ``labelled_fold<k>.parquet`` (what a student reads)."""
     n = len(ids)
+    for k, result in results.items():  # each fold model's predictions of every labelled row: a student's
+        if result.labelled:
+            with atomic.atomic_path(folder / f"labelled_fold{k}.parquet") as tmp:
+                long_frame(ids, result.labelled, None).to_parquet(tmp, index=False)
     seen = ~np.isnan(next(iter(oof.values())).reshape(n, -1)).all(1)
     frame = long_frame(ids[seen], {m: v[seen] for m, v in oof.items()},
                        target[seen] if target is not None else None)

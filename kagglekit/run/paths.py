@@ -6,13 +6,14 @@ run was given exists, or the run stops in its first cell naming the parameter an
 hours later where the pipeline first opens it. ``model_dir`` is a pretrained model: its
 ``config.json`` is found where Kaggle mounts Kaggle Models and datasets (``readers.pretrained``),
 and a folder holding several models, or none, is refused naming them. ``*sources`` are
-comma-separated lists of such references.
+comma-separated lists of such references (a local run's folder whose name holds commas kept whole).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..machine import env
+from ..submit.blend import split_sources  # a run folder named with commas (folds=3,seed=1) is one source
 from .contract import ParameterError, declarations
 
 MODEL = "model_dir"  # a pretrained model's folder, Kaggle Model handle or dataset
@@ -29,7 +30,7 @@ def check(source: str, values: dict, roots: list[Path] | None = None) -> None:
     declared = declarations(source)
     for name, value in values.items():
         if name in declared and declared[name].path and isinstance(value, str) and value.strip():
-            for reference in (value.split(",") if name.endswith("sources") else [value]):
+            for reference in (split_sources(value) if name.endswith("sources") else [value]):
                 if reference.strip():
                     find(name, reference.strip(), roots)
 

@@ -105,8 +105,15 @@ def pad_share(loader, batches: int | None = None) -> float:
 
 
 def refuse(load_in_4bit: bool, placement: str, device: torch.device, gpus: int, processes: int = 0,
-           lora_r: int = 0) -> None:
-    """Options the machine cannot honour, refused with the reason before any weight loads."""
+           lora_r: int = 0, *, predict_only: bool = False, test_examples: str = "", predict_precision: str = "auto",
+           teacher_dir: str = "") -> None:
+    """Options the machine or the run cannot honour, refused with the reason before any weight loads."""
+    if test_examples and (predict_only or teacher_dir):  # the rerun trains on its test's own examples
+        raise ValueError(f"{'predict_only' if predict_only else 'teacher_dir'} with test_examples: test-time "
+                         "training trains in the scoring rerun on texts no inference kernel and no teacher ever saw. "
+                         "Leave test_examples empty here")
+    if predict_precision not in ("auto", "int8") or (predict_precision == "int8" and device.type != "cpu"):
+        raise ValueError(f"predict_precision={predict_precision!r}: auto, or int8 with no GPU ({device} here)")
     if load_in_4bit and not lora_r:
         raise ValueError("load_in_4bit=True freezes the base in 4 bits: only adapters can train it "
                          "(QLoRA). Set lora_r (8-32), or load_in_4bit=False for full fine-tuning.")

@@ -47,13 +47,16 @@ def linear_probe(c: float = 1.0):
     return make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=3000))
 
 
-def on_folds(make, x: np.ndarray, y: np.ndarray, x_test: np.ndarray, folds) -> tuple[np.ndarray, np.ndarray]:
-    """``make()`` fitted on each fold's training rows of ``x``: its out-of-fold class probabilities (rows no
-    fold holds out stay 0) and the mean of its folds' probabilities of ``x_test``."""
+def on_folds(make, x: np.ndarray, y: np.ndarray, x_test: np.ndarray, folds,
+             extra: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``make()`` fitted on each fold's training rows of ``x`` (and the labelled ``extra`` = (x, y) rows every
+    fold trains on: test-time training's examples): its out-of-fold class probabilities (rows no fold holds
+    out stay 0) and the mean of its folds' probabilities of ``x_test``."""
     width = int(np.max(y)) + 1  # class indices: a fold whose training rows lack a class still fills its column
     oof, test = np.zeros((len(x), width)), []
+    extra_x, extra_y = extra if extra is not None else (x[:0], y[:0])
     for fold in folds:
-        fitted = make().fit(x[fold.train], y[fold.train])
+        fitted = make().fit(np.concatenate([x[fold.train], extra_x]), np.concatenate([y[fold.train], extra_y]))
         seen = fitted.classes_ if hasattr(fitted, "classes_") else fitted[-1].classes_
         oof[np.ix_(fold.val, seen)] = fitted.predict_proba(x[fold.val])
         test.append(np.zeros((len(x_test), width)))

@@ -301,11 +301,15 @@ def write_standin_model(root: Path | str, arch: str = "bert", seed: int = 0, hid
     return folder
 
 
-def solution_labels(path: Path | str, data: TextCompetition):
-    """The test texts' class indices from a ``solution.csv`` (id, the target, Usage), in the
-    order of ``data.test``."""
+def solution_labels(data: TextCompetition):
+    """The test texts' class indices from the ``solution.csv`` (id, the target, Usage) Kaggle publishes
+    when a competition ends, found anywhere in the competition's folder, in the order of ``data.test``;
+    None when there is none."""
     import numpy as np
     import pandas as pd
+    path = next(Path(data.folder).rglob("solution.csv"), None)
+    if path is None:
+        return None
     solution = pd.read_csv(path).set_index(data.id_column)[data.target]
     index = {c: i for i, c in enumerate(data.classes)}
     return np.array([index[v] for v in solution.loc[data.test[data.id_column]]])
