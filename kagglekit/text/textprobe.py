@@ -55,6 +55,7 @@ def on_folds(make, x: np.ndarray, y: np.ndarray, x_test: np.ndarray, folds,
     width = int(np.max(y)) + 1  # class indices: a fold whose training rows lack a class still fills its column
     oof, test = np.zeros((len(x), width)), []
     extra_x, extra_y = extra if extra is not None else (x[:0], y[:0])
+    extra_y = np.asarray(extra_y, dtype=y.dtype)  # no examples: an empty list, which would make the classes floats
     for fold in folds:
         fitted = make().fit(np.concatenate([x[fold.train], extra_x]), np.concatenate([y[fold.train], extra_y]))
         seen = fitted.classes_ if hasattr(fitted, "classes_") else fitted[-1].classes_
