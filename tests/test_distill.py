@@ -213,6 +213,7 @@ def test_a_teacher_run_s_output_is_read_by_id_with_each_fold_model_s_predictions
     shuffled = ids[::-1]  # the student's train.csv in another order: aligned by id, never by position
     teacher = distill.from_output(str(tmp_path / "teacher"), "transformer", shuffled)
     assert teacher.name == "transformer@teacher" and len(teacher.fold_labelled) == 3
+    assert [f.name for f in teacher.files] == ["oof.parquet"] + [f"labelled_fold{k}.parquet" for k in range(3)]
     for k in range(3):  # fold k's file is fold k's model's: its value on every row is k / 10
         assert np.allclose(teacher.fold_labelled[k][:, 0], k / 10)
     order = [ids.index(i) for i in shuffled]

@@ -53,6 +53,7 @@ class Teacher:
     ids: np.ndarray | None = None  # the labelled rows' ids, to line them up with the student's
     fold_labelled: list = field(default_factory=list)  # per fold model: its predictions of every labelled row
     prediction_s: float | None = None  # its run's seconds to predict the test rows (a student's is set beside it)
+    files: list = field(default_factory=list)  # what it was read from: a student's folds are keyed by their content
 
     @property
     def test(self) -> np.ndarray:
@@ -104,7 +105,8 @@ def from_output(reference: str, model: str, ids, roots=None) -> Teacher:
     metrics = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").exists() else {}
     print(f"teacher {model}@{folder.name}: {len(files)} fold models' predictions of every labelled row")
     return Teacher(f"{model}@{folder.name}", folds.fillna(-1).to_numpy(int), wide(oof, model, ids), ids=ids,
-                   fold_labelled=[wide(f, model, ids) for f in labelled], prediction_s=metrics.get("test_predict_s"))
+                   fold_labelled=[wide(f, model, ids) for f in labelled], prediction_s=metrics.get("test_predict_s"),
+                   files=[folder / "oof.parquet", *files])
 
 
 def _labelled_folder(folder, reference: str):
@@ -117,14 +119,6 @@ def _labelled_folder(folder, reference: str):
         raise DistillError(f"teacher_dir {reference!r}: {lacking}: run the teacher with teach=True to its end "
                            "(every fold done) and attach its output folder")
     return found[0]
-
-
-def teacher_files(reference: str, roots=None) -> list:
-    """The files of a teacher's output a student reads (its oof.parquet and its folds' predictions): what
-    the student's folds are keyed by, so another teacher trains another student."""
-    from ..submit.blend import locate
-    folder = locate(reference, roots)
-    return sorted([folder / "oof.parquet", *(folder / "folds").glob("*/labelled_fold*.parquet")])
 
 
 def log_prediction_s(run, seconds: float, teacher: Teacher | None = None) -> None:

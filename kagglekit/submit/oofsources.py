@@ -26,52 +26,40 @@ def read(reference: str, ids, fold_of, test_ids, target=None, roots=None) -> dic
     if missing:
         raise BlendError(f"oof_sources {reference!r} has no {', '.join(missing)}: run that kernel "
                          "with folds to the end (every fold of every model done)")
-    oof = aligned_oof(folder, ids, fold_of, target)
-    test = pd.read_parquet(folder / "test.parquet")
-    test["id"] = test["id"].astype(str)
-    _same_rows(folder.name, set(np.asarray(test_ids).astype(str)), set(test["id"]), "test")
-    return {f"{m}@{folder.name}": (values, wide(test, m, np.asarray(test_ids).astype(str)))
-            for m, values in oof.items()}
-
-
-def aligned_oof(folder, ids, fold_of, target=None, parameter: str = "oof_sources") -> dict:
-    """{model: its out-of-fold predictions in the order of ``ids`` (NaN where no fold validates)} from
-    ``folder``'s oof.parquet; refused, naming the first difference and ``parameter``, when it predicted other
-    rows, split them into other folds (its predictions would have seen our validation rows) or read another
-    target."""
-    import pandas as pd
-    oof = pd.read_parquet(folder / "oof.parquet")
+    oof, test = pd.read_parquet(folder / "oof.parquet"), pd.read_parquet(folder / "test.parquet")
     models = [c for c in oof.columns if c not in RESERVED]
     ours = pd.DataFrame({"id": np.asarray(ids).astype(str), "our_fold": np.asarray(fold_of)})
     oof["id"] = oof["id"].astype(str)
-    validated = ours["our_fold"] >= 0  # a held-out split's training rows have no OOF prediction (NaN)
-    _same_rows(folder.name, set(ours["id"][validated]), set(oof["id"]), "OOF", parameter)
+    _same_rows(folder.name, set(ours["id"]), set(oof["id"]), "OOF")
     merged = oof.merge(ours, on="id", how="left")
     differ = merged[merged["fold"] != merged["our_fold"]]
     if len(differ):
         row = differ.iloc[0]
-        raise BlendError(f"{parameter} {folder.name}: its folds differ from ours (id {row['id']} is "
+        raise BlendError(f"oof_sources {folder.name}: its folds differ from ours (id {row['id']} is "
                          f"in its fold {row['fold']}, our fold {row['our_fold']}): cross-validate both "
                          "with the same folds, seed and train.csv")
     if target is not None and "target" in merged:
-        _same_target(folder.name, merged, ours, target, parameter)
-    return {m: wide(oof, m, ours["id"]) for m in models}
+        _same_target(folder.name, merged, ours, target)
+    test["id"] = test["id"].astype(str)
+    _same_rows(folder.name, set(np.asarray(test_ids).astype(str)), set(test["id"]), "test")
+    return {f"{m}@{folder.name}": (wide(oof, m, ours["id"]), wide(test, m, np.asarray(test_ids).astype(str)))
+            for m in models}
 
 
-def _same_rows(name: str, ours: set, theirs: set, what: str, parameter: str = "oof_sources") -> None:
+def _same_rows(name: str, ours: set, theirs: set, what: str) -> None:
     if ours != theirs:
         lacking, extra = sorted(ours - theirs, key=str), sorted(theirs - ours, key=str)
-        raise BlendError(f"{parameter} {name}: its {what} rows are not ours ({len(lacking)} of ours "
+        raise BlendError(f"oof_sources {name}: its {what} rows are not ours ({len(lacking)} of ours "
                          f"missing there{', e.g. ' + lacking[0] if lacking else ''}; {len(extra)} "
                          "not ours): attach a kernel of the same competition and train.csv")
 
 
-def _same_target(name: str, merged, ours, target, parameter: str) -> None:
+def _same_target(name: str, merged, ours, target) -> None:
     truth = dict(zip(ours["id"], np.asarray(target, dtype=np.float64).reshape(len(ours), -1)[:, 0]))
     first = merged[merged["step"] == 0]
     off = np.abs(first["target"].to_numpy(np.float64) - first["id"].map(truth).to_numpy()) > 1e-6
     if off.any():
-        raise BlendError(f"{parameter} {name}: its target differs from ours at id "
+        raise BlendError(f"oof_sources {name}: its target differs from ours at id "
                          f"{first['id'].to_numpy()[off][0]} (another target column or encoding)")
 
 
