@@ -297,6 +297,7 @@ def test_at_its_smoke_size_the_notebook_teaches_students_the_pool_fold_by_fold_i
     best = 1 + max(range(len(cvs)), key=cvs.__getitem__)
     assert metrics["scores"]["student"] == cvs[best - 1]
     planned = [u["name"] for u in metrics["rerun_plan"]["units"]]
+    assert kk.rerunplan.training(metrics["rerun_plan"]) == []  # the students predict there; none trains
     assert {f"predict-audio-student-round{best}-fold0", f"predict-audio-student-round{best}-fold1",
             "predict-cnn-audio-fold0"} <= set(planned), planned
     units = {u["name"] for u in metrics["units"]} if isinstance(metrics["units"], list) else set(metrics["units"])
@@ -331,6 +332,7 @@ def test_the_audio_notebook_beats_a_logistic_regression_on_the_mel_bands_and_pla
     assert scores["test_birdnet_logreg"] > scores["test_mel_logreg"] + 0.01
     assert metrics["export"]["largest_diff"] < 1e-4 and metrics["rerun_plan"]["fits"]
     assert "birdnet-embeddings" in [u["name"] for u in metrics["rerun_plan"]["units"]]  # the rerun embeds again
+    assert kk.rerunplan.training(metrics["rerun_plan"]) == []  # it predicts there: a trained version is refused
     # the best on CV is submitted: the CNN with or without its EMA and BirdNET's head are within run-to-run noise
     # on this stand-in (0.9486, 0.9500 and 0.9509 on 2026-12-06; in CI run 87 the EMA's choice went the other way)
     assert metrics["choice"]["model"] == max(("cnn", "cnn_no_ema", "birdnet_logreg", "mel_logreg"), key=scores.get)

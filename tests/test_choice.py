@@ -61,3 +61,34 @@ def test_a_rerun_plan_over_the_limit_is_refused_by_make_submit_naming_the_unit_p
     del metrics["rerun_plan"]  # no plan: a version that trained is refused as before
     (folder / "metrics.json").write_text(json.dumps(metrics))
     assert "it trained (fit)" in submission_problem(folder, code=True)[1]
+
+
+def test_a_plan_of_predictions_alone_licenses_no_training_and_names_the_teacher_beside_it(tmp_path):
+    """A student's kernel plans its prediction of the hidden test (no training there) with its teacher's
+    time beside it: the version that trained is still refused as one that would train again, the version
+    that trained nothing is accepted, and a prediction past the limit is refused by the plan, naming it."""
+    import json
+
+    from kagglekit.submit import rerunplan
+    from kagglekit.tools.publish.submit import submission_problem
+    folder = tmp_path / "v4"
+    folder.mkdir()
+    (folder / "submission.csv").write_text("row_id,rule_violation\n1,0.5\n")
+    predicting = rerunplan.Planned("predict-test", 60.0, 1000, 100_000, trains=False)  # 100 minutes
+    plan = rerunplan.plan([predicting], hours=9.0, beside={"its teacher (MiniLM)": 8.5 * 3600})
+
+    def problem(plan: dict, chain: dict) -> str:
+        metrics = {"rerun_plan": plan, "chain": chain,
+                   "submission": {"file": "submission.csv", "columns": ["row_id", "rule_violation"]}}
+        (folder / "metrics.json").write_text(json.dumps(metrics))
+        return submission_problem(folder, code=True)[1]
+
+    assert rerunplan.training(plan) == [] and plan["fits"]
+    assert "it trained (fit)" in problem(plan, {"fit": "trained"})  # predictions in the plan: training still refused
+    assert problem(plan, {"fit": "cached"}) == ""
+    assert rerunplan.describe(plan) == ("the scoring rerun will predict the hidden test (1 model): about 1.67 h of "
+                                        "the 9 h limit; its teacher (MiniLM) would take about 8.50 h")
+    teacher_instead = rerunplan.plan([rerunplan.Planned("predict-test", 60.0, 1000, 600_000, trains=False)], hours=9.0)
+    assert "predict-test (about 10.00 h on 600,000 rows) would end at 10.00 h" in problem(teacher_instead, {})
+    old = {**plan, "units": [{k: v for k, v in u.items() if k != "trains"} for u in plan["units"]]}
+    assert rerunplan.training(old) == ["predict-test"]  # a plan written before `trains`: every unit trained

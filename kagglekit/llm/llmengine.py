@@ -78,7 +78,7 @@ class Inferred:
             raise ValueError(f"{name}: no shard was computed this session, so no tokens/s was measured: "
                              "plan from a run that computed (force_retrain=True)")
         seconds = self.tokens / (self.tokens_per_s * self.engines)
-        return Planned(name, seconds, self.tokens, rerun_tokens)
+        return Planned(name, seconds, self.tokens, rerun_tokens, trains=False)
 
     @property
     def complete(self) -> bool:

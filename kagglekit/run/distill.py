@@ -130,6 +130,14 @@ def log_prediction_s(run, seconds: float, teacher: Teacher | None = None) -> Non
               f"{teacher.prediction_s:.1f} s: {teacher.prediction_s / max(seconds, 1e-9):.1f}x the teacher's speed")
 
 
+def beside(teacher: Teacher | None, scale: float = 1.0) -> dict[str, float]:
+    """The teacher's seconds on the hidden test (its run's test prediction, ``scale`` times as many rows), for
+    a rerun plan's ``beside``: the student's plan shows what it saves the rerun's clock. Empty without one."""
+    if teacher is None or not teacher.prediction_s:
+        return {}
+    return {f"its teacher ({teacher.name})": teacher.prediction_s * scale}
+
+
 def soft_targets(teacher: Teacher, fold: int, rows: np.ndarray, policy: str = "fold",
                  fold_train: np.ndarray | None = None) -> np.ndarray:
     """The soft labels of the student's fold ``fold`` for its training ``rows``: fold ``fold``'s teacher's

@@ -45,7 +45,7 @@ class Exported:
     def planned(self, name: str, rerun_rows: int) -> Planned:
         """Predicting ``rerun_rows`` samples in the rerun at the chosen runtime's measured rate."""
         rate = self.rates[self.chosen]
-        return Planned(name, 1000 / rate, 1000, rerun_rows)
+        return Planned(name, 1000 / rate, 1000, rerun_rows, trains=False)
 
     def runner(self, model: torch.nn.Module):
         """``f(batch as a NumPy array) -> outputs``, by the chosen runtime at ``threads`` (``model``:

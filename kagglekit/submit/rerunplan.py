@@ -8,12 +8,17 @@ in the rerun (time in proportion to rows: the same epochs over more texts), adde
 the rerun runs them, beside the time that is not training (``fixed_s``: predicting the hidden
 test), against the limit less Kaggle's margin for writing the outputs.
 
+A unit that only predicts (``trains=False``: an exported model's or an LLM engine's share of the
+hidden test) is planned the same way, and ``beside`` keeps what another model would take on the same
+hidden test (a student's plan names its teacher's time: what the student saves the rerun's clock).
+
 ``make submit`` reads the plan from the version's metrics.json (``problem``): a plan that fits is
-accepted and ``describe`` says what the rerun will train; one that does not is refused, naming the
-first unit that would end past the limit. In the rerun itself each fold still asks the budget
-before it starts (``CrossValidation`` times the first and asks ``Unit.fits`` for the next), and
-a fit the deadline cuts short stops with a checkpoint: a slower machine stops what will not fit
-instead of being killed, and the notebook submits what it has.
+accepted and ``describe`` says what the rerun will train and predict; one that does not is refused,
+naming the first unit that would end past the limit. A version that trained is still refused unless
+its plan trains in the rerun: a plan of predictions alone licenses no training. In the rerun
+itself each fold still asks the budget before it starts (``CrossValidation`` times the first and
+asks ``Unit.fits`` for the next), and a fit the deadline cuts short stops with a checkpoint: a
+slower machine stops what will not fit instead of being killed, and the notebook submits what it has.
 """
 from __future__ import annotations
 
@@ -27,24 +32,34 @@ class Planned:
     name: str  # the unit's name ("text-fold0")
     measured_s: float  # how long it took in this version
     rows: int  # the rows it trained on in this version
-    rerun_rows: int  # the rows it will train on in the rerun
+    rerun_rows: int  # the rows it will train on (or predict) in the rerun
+    trains: bool = True  # False: it predicts the hidden test (an engine's or an export's share)
 
     @property
     def seconds(self) -> float:
         return self.measured_s * self.rerun_rows / max(self.rows, 1)
 
 
-def plan(units: list[Planned], hours: float, fixed_s: float = 0.0, margin_s: float = KAGGLE_MARGIN_S) -> dict:
+def plan(units: list[Planned], hours: float, fixed_s: float = 0.0, margin_s: float = KAGGLE_MARGIN_S,
+         beside: dict[str, float] | None = None) -> dict:
     """The rerun's plan (what metrics.json keeps as ``rerun_plan``): each unit's estimate and
-    when it would end, the total, the limit, and whether it fits."""
+    when it would end, the total, the limit, and whether it fits. ``beside``: the seconds other
+    models would take in this plan's place (a student's teacher), kept for comparison only."""
     total, rows = fixed_s, []
     for unit in units:
         total += unit.seconds
         rows.append({"name": unit.name, "measured_s": round(unit.measured_s, 3), "rows": unit.rows,
-                     "rerun_rows": unit.rerun_rows, "seconds": round(unit.seconds, 3), "ends_at_s": round(total, 3)})
+                     "rerun_rows": unit.rerun_rows, "seconds": round(unit.seconds, 3), "ends_at_s": round(total, 3),
+                     "trains": unit.trains})
     limit = hours * 3600 - margin_s
     return {"hours": hours, "limit_s": limit, "fixed_s": round(fixed_s, 3), "units": rows,
-            "total_s": round(total, 3), "fits": total <= limit}
+            "total_s": round(total, 3), "fits": total <= limit,
+            "beside": {name: round(seconds, 3) for name, seconds in (beside or {}).items()}}
+
+
+def training(recorded: dict) -> list[str]:
+    """The units the plan trains in the rerun (a plan written before ``trains`` existed trains all of them)."""
+    return [u["name"] for u in recorded.get("units", []) if u.get("trains", True)]
 
 
 def problem(recorded: dict) -> str:
@@ -60,10 +75,15 @@ def problem(recorded: dict) -> str:
 
 
 def describe(recorded: dict) -> str:
-    """What the rerun will train, in one line."""
-    names = [u["name"] for u in recorded["units"]]
-    return (f"the scoring rerun will train {', '.join(names)} on the hidden test's rows: about "
-            f"{_hours(recorded['total_s'])} of the {recorded['hours']:g} h limit")
+    """What the rerun will train and predict, in one line, and what the models beside it would take."""
+    trained = training(recorded)
+    predicting = len(recorded["units"]) - len(trained)  # units of prediction (the rest is in fixed_s)
+    work = f"train {', '.join(trained)} on the hidden test's rows and " if trained else ""
+    models = f" ({predicting} model{'s' * (predicting > 1)})" if predicting else ""
+    others = "".join(f"; {name} would take about {_hours(seconds)}"
+                     for name, seconds in recorded.get("beside", {}).items())
+    return (f"the scoring rerun will {work}predict the hidden test{models}: about {_hours(recorded['total_s'])} "
+            f"of the {recorded['hours']:g} h limit{others}")
 
 
 def _hours(seconds: float) -> str:

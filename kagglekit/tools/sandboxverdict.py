@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from ..state.atomic import sha256_file
+from ..submit import rerunplan
 
 # What every version writes afresh and the kit never reads back from a previous version's output
 # (it reads caches, checkpoints, folds' splits, studies and manifests: env.find_inputs' callers):
@@ -80,7 +81,7 @@ def rerun_verdict(metrics: dict, root: Path, owner: str) -> tuple[bool, str]:
     training: its ``rerun_plan``), predicts no validation volume and decodes no label: it reads
     the hidden test set only, and its submission holds every hidden id."""
     chain = metrics.get("chain", {})
-    planned = {f"cache:{u['name']}" for u in _submitted_plan(root, owner).get("units", [])}
+    planned = {f"cache:{name}" for name in rerunplan.training(_submitted_plan(root, owner))}  # predictions license none
     trained = [label for label, did in chain.items() if did in ("trained", "resumed", "computed")
                and label not in planned and not (planned and label == "fit")]
     if trained:

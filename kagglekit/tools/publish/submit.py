@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from ...submit import rerunplan
 from . import kaggle_cli
 from .commands import kernel_of
 
@@ -54,8 +55,7 @@ def submit(name: str, message: str, output_root: str) -> int:
         print(f"refused: version {version} of {kernel}: {problem}", file=sys.stderr)
         return 1
     planned = json.loads((dest / "metrics.json").read_text()).get("rerun_plan") or {}
-    if code and planned.get("units"):
-        from ...submit import rerunplan
+    if code and planned:
         print(rerunplan.describe(planned))
     assert file is not None, "no problem: the submission file was found"
     described = f"{meta['slug']} v{version}: {message}"
@@ -78,12 +78,9 @@ def submission_problem(folder: Path, code: bool = True, competition: str = "") -
         return None, f"its output has no {file.name}"
     training = sorted(label for label, did in metrics.get("chain", {}).items() if did in ("trained", "resumed"))
     planned = metrics.get("rerun_plan") or {}
-    if code and planned.get("units"):  # it trains in the rerun by design (test-time training): does it fit?
-        from ...submit import rerunplan
-        trouble = rerunplan.problem(planned)
-        if trouble:
-            return file, trouble
-    elif code and training:
+    if code and planned and rerunplan.problem(planned):  # what the rerun trains and predicts: does it fit?
+        return file, rerunplan.problem(planned)
+    if code and training and not rerunplan.training(planned):  # trained here, and its plan trains nothing there
         return file, (f"it trained ({', '.join(training)}): Kaggle's rerun on the hidden test set would "
                       "train again. Push once more (that version finds the finished training and only "
                       "predicts), then submit it")
