@@ -44,7 +44,7 @@ _ROOMS = {
     "graphs": ("graph", "graphsets"),
     "tables": ("competition", "playground", "timeseries", "windows", "gbdt", "models"),
     "text": ("textsets", "translation", "manpages", "prompts", "answerhead", "pooledhead",
-             "textprobe", "sft", "textscore", "textstudent"),
+             "textprobe", "sft", "textscore", "textstudent", "testpredict"),
     "studies": ("cycles", "figures"),
 }
 _SUBMODULES = {name: f"{part}.{name}" for part, names in (_FLOORS | _ROOMS).items() for name in names}

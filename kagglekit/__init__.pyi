@@ -137,6 +137,7 @@ from .text import manpages as manpages
 from .text import pooledhead as pooledhead
 from .text import prompts as prompts
 from .text import sft as sft
+from .text import testpredict as testpredict
 from .text import textprobe as textprobe
 from .text import textscore as textscore
 from .text import textsets as textsets
@@ -315,6 +316,7 @@ __all__ = [
     "supervised",
     "surfacescore",
     "tables",
+    "testpredict",
     "text",
     "textprobe",
     "textscore",

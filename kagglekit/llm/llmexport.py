@@ -47,12 +47,12 @@ def merge_folds(model, adapters: list[str], weights: list[float] | None = None) 
     return merge_lora(model)
 
 
-def save_fp16(model, tokenizer, folder: Path | str) -> Path:
-    """The model in fp16 and its tokenizer as a transformers folder (config.json,
+def save_fp16(model, tokenizer, folder: Path | str, dtype: torch.dtype = torch.float16) -> Path:
+    """The model in fp16 (or ``dtype``) and its tokenizer as a transformers folder (config.json,
     model.safetensors: what a Kaggle Model version holds), written whole or not at all."""
     folder = Path(folder)
     with atomic.atomic_folder(folder) as partial:
-        model.to(torch.float16).save_pretrained(partial)
+        model.to(dtype).save_pretrained(partial)
         tokenizer.save_pretrained(partial)
     return folder
 

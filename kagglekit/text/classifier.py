@@ -8,10 +8,10 @@ repeats, on top of transformers, peft and tokenizers (imported here only):
   cores); ``kk.make_loader(..., lengths=texts.lengths)`` groups texts of similar length;
 - ``load_classifier``: the attached model with a classification head (``head="sequence"``: a
   new linear head on the last real token, [CLS] for an encoder, a sentence encoder's own pooling:
-  ``text.pooledhead``) or its own answer tokens
-  (``head="answer_token"``: ``text.answerhead``), LoRA adapters (peft), the frozen base in
-  fp16 beside an fp32 head and adapters, the model's own gradient checkpointing, 4-bit weights
-  (bitsandbytes, GPU only) or its layers split over the GPUs (``device_map``, ``max_memory``);
+  ``text.pooledhead``) or its own answer tokens (``head="answer_token"``: ``text.answerhead``),
+  LoRA adapters (peft), the frozen base in fp16 beside an fp32 head and adapters, the model's own
+  gradient checkpointing, 4-bit weights (bitsandbytes, GPU only) or its layers split over the
+  GPUs (``device_map``, ``max_memory``);
 - ``predict_proba``: texts sorted by length, batched, in the run's precision, shared by
   every rank and gathered in the texts' order.
 """
@@ -30,7 +30,7 @@ from ..parallel import ranks
 from ..parallel.loaders import to_device
 from ..readers.pretrained import quiet_transformers
 from ..score import metrics
-from . import pooledhead, prompts
+from . import pooledhead, prompts, testpredict
 from .answerhead import AnswerTokenClassifier
 
 
@@ -40,7 +40,7 @@ class TokenizedTexts(Dataset):
     ``template``: each text put into a prompt (``"Post: {text}\nBreaks the rule? Answer:"``);
     a text too long is cut inside the prompt, so its question (what the answer-token head reads
     after) always stays whole at the end. Its other fields (``{rule}``) are filled from ``fields``,
-    a dict per text (``TextCompetition.fields``), and kept whole."""
+    a dict per text (``TextCompetition.fields``), and kept whole. ``prompts``: the texts cut as the ids are."""
 
     def __init__(self, tokenizer, texts, max_length: int, labels=None, template: str = "{text}",
                  fields: list[dict] | None = None):
@@ -50,6 +50,7 @@ class TokenizedTexts(Dataset):
             texts = prompts.fit_into(tokenizer, texts, template, max_length, fields)
         self.ids = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"] if texts else []
         self.labels = None if labels is None else [int(v) for v in labels]
+        self.prompts = prompts.as_read(tokenizer, texts, self.ids, template, max_length)  # what an LLM engine reads
 
     @property
     def lengths(self) -> list[int]:
@@ -69,6 +70,7 @@ class TokenizedTexts(Dataset):
         out = TokenizedTexts.__new__(TokenizedTexts)
         out.ids = [self.ids[i] for i in rows]
         out.labels = None if self.labels is None else [self.labels[i] for i in rows]
+        out.prompts = [self.prompts[i] for i in rows]
         return out
 
     def joined(self, other: TokenizedTexts) -> TokenizedTexts:
@@ -77,6 +79,7 @@ class TokenizedTexts(Dataset):
             raise ValueError("joined: labelled and unlabelled texts cannot train together")
         out = self.subset(range(len(self)))
         out.ids = out.ids + other.ids
+        out.prompts = out.prompts + other.prompts
         out.labels = None if out.labels is None else out.labels + list(other.labels or [])
         return out
 
@@ -106,8 +109,9 @@ def pad_share(loader, batches: int | None = None) -> float:
 
 def refuse(load_in_4bit: bool, placement: str, device: torch.device, gpus: int, processes: int = 0,
            lora_r: int = 0, *, predict_only: bool = False, test_examples: str = "", predict_precision: str = "auto",
-           teacher_dir: str = "") -> None:
+           teacher_dir: str = "", engine: str = "loop", head: str = "sequence") -> None:
     """Options the machine or the run cannot honour, refused with the reason before any weight loads."""
+    testpredict.check(engine, head, predict_precision)
     if test_examples and (predict_only or teacher_dir):  # the rerun trains on its test's own examples
         raise ValueError(f"{'predict_only' if predict_only else 'teacher_dir'} with test_examples: test-time "
                          "training trains in the scoring rerun on texts no inference kernel and no teacher ever saw. "

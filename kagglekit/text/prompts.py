@@ -43,3 +43,12 @@ def fit_into(tokenizer, texts: list[str], template: str, max_length: int, fields
     room = [max_length - frames[p] for p in prompts]
     cut = [t if len(i) <= r else tokenizer.decode(i[:r]) for t, i, r in zip(texts, ids, room)]
     return [p.replace("{text}", t) for p, t in zip(prompts, cut)]
+
+
+def as_read(tokenizer, texts: list[str], ids: list, template: str, max_length: int) -> list[str]:
+    """The prompts ``texts`` (already fitted into ``template``) as their ``ids`` read them: a text that only
+    the tokenizer's truncation cut (``template`` is ``{text}``) cut as a string too, for an engine that
+    tokenizes for itself (an LLM engine)."""
+    if template != "{text}" or all(len(i) < max_length for i in ids):
+        return texts
+    return fit_into(tokenizer, texts, template, max_length)
