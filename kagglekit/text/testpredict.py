@@ -8,7 +8,7 @@ serve with vLLM (Jigsaw 2025's did). ``through_engine`` hands it to ``kk.llmengi
 finished adapters merged into the base (in fp32 on the CPU: exact), saved as a plain transformers
 folder in the run's scratch (a 7B fold is 14 GB: one fold on the disk at a time) in the dtype the
 engine computes in: fp16 where there is a GPU (a T4's), fp32 on a CPU (rounded to fp16, a random
-Llama's LoRA trained at lr 1e-2 moved a probability by 0.05: benchmarks/text_engine.py),
+Llama's LoRA trained at lr 1e-2 moved a probability by 0.05 on 2026-12-07),
 and the engine reads that folder, one engine per GPU, the prompts sharded by tokens, each shard a
 unit (a killed version resumes at its shard; a shard's key names the backend and the merged
 weights' hashes, so a fold trained again is predicted again). The probabilities are the next
