@@ -506,11 +506,10 @@ def test_a_small_model_learns_each_fold_from_the_teacher_run_that_never_saw_it_a
 
 @pytest.mark.slow
 def test_the_llm_engine_predicts_the_answer_token_folds_as_the_notebooks_own_loop(tmp_path, models):
-    """``engine="hf"`` (issue 85): each fold's finished LoRA adapters merged into the base, saved in fp16 and served by
-    ``kk.llmengine`` (shards, units) predict the test texts as the notebook's loop does with the same fold models:
-    probabilities within 1e-4 (the merge in fp32, exported in fp32 for a CPU's engine), each fold's shards named by
-    its fold and backend.
-    A sequence head is refused before any training: the engine reads answer tokens."""
+    """``engine="hf"`` (issue 85): each fold's finished LoRA adapters merged into the base, saved (in fp32: a CPU's
+    engine computes in it) and served by ``kk.llmengine`` (shards, units) predict the test texts as the notebook's
+    loop does with the same fold models, within 1e-4, each fold's shards named by its fold and backend. A sequence
+    head is refused before any training: the engine reads answer tokens."""
     import pandas as pd
     params = {"smoke": True, "folds": 2, "model_dir": str(models["llama"]), "head": "answer_token", "prompt": PROMPT,
               "answer_tokens": "no,yes", "lora_r": 4, "lr": 1e-2}

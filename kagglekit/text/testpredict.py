@@ -39,7 +39,7 @@ def check(engine: str, head: str, predict_precision: str = "auto") -> None:
                          f"head={head!r} is predicted by the notebook's own loop: set engine='loop'")
     if engine != "loop" and predict_precision == "int8":
         raise ValueError(f"predict_precision='int8' quantises the notebook's loop; engine={engine!r} serves the "
-                         "merged fp16 folds: set one of them back (engine='loop' or predict_precision='auto')")
+                         "merged folds: set one of them back (engine='loop' or predict_precision='auto')")
 
 
 def _finished(manager, fold) -> None:
