@@ -3,6 +3,7 @@ checkpoints of what trains only, a SIGKILL mid-epoch resumed bit for bit, and th
 encoder and a decoder by ``model_dir`` alone."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -536,3 +537,15 @@ def test_an_llm_engine_given_the_prompts_reads_the_ids_the_notebooks_loop_reads(
         data = kk.text.TokenizedTexts(tokenizer, texts, 24, template=template)
         assert all(len(ids) == 24 for ids in data.ids)
         assert tokenizer(data.prompts)["input_ids"] == data.ids, arch
+
+
+@pytest.mark.parametrize("options, says", [
+    ({"engine": "vllm", "head": "sequence"}, "engine='vllm' serves a decoder read through its answer tokens"),
+    ({"engine": "hf", "head": "answer_token", "predict_precision": "int8"}, "predict_precision='int8' quantises"),
+    ({"engine": "auto", "head": "answer_token", "load_in_4bit": True}, "load_in_4bit=True holds the base in 4 bits"),
+    ({"engine": "VLLM", "head": "answer_token"}, "engine='VLLM': one of loop, hf, vllm, auto")])
+def test_an_engine_the_run_cannot_serve_is_refused_naming_what_to_set(options, says):
+    with pytest.raises(ValueError, match=re.escape(says)):
+        kk.text.refuse(options.get("load_in_4bit", False), "ddp", torch.device("cpu"), 0, 1, 8,
+                       **{k: v for k, v in options.items() if k != "load_in_4bit"})
+    kk.text.refuse(False, "ddp", torch.device("cpu"), 0, 1, 8, engine="vllm", head="answer_token")  # it can

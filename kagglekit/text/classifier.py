@@ -111,7 +111,7 @@ def refuse(load_in_4bit: bool, placement: str, device: torch.device, gpus: int, 
            lora_r: int = 0, *, predict_only: bool = False, test_examples: str = "", predict_precision: str = "auto",
            teacher_dir: str = "", engine: str = "loop", head: str = "sequence") -> None:
     """Options the machine or the run cannot honour, refused with the reason before any weight loads."""
-    testpredict.check(engine, head, predict_precision)
+    testpredict.check(engine, head, predict_precision, load_in_4bit)
     if test_examples and (predict_only or teacher_dir):  # the rerun trains on its test's own examples
         raise ValueError(f"{'predict_only' if predict_only else 'teacher_dir'} with test_examples: test-time "
                          "training trains in the scoring rerun on texts no inference kernel and no teacher ever saw. "

@@ -30,7 +30,7 @@ from ..machine.budget import Unfinished
 ENGINES = ("loop", "hf", "vllm", "auto")
 
 
-def check(engine: str, head: str, predict_precision: str = "auto") -> None:
+def check(engine: str, head: str, predict_precision: str = "auto", load_in_4bit: bool = False) -> None:
     """Refuses an engine this run cannot predict with, saying which it can."""
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r}: one of {', '.join(ENGINES)}")
@@ -40,6 +40,9 @@ def check(engine: str, head: str, predict_precision: str = "auto") -> None:
     if engine != "loop" and predict_precision == "int8":
         raise ValueError(f"predict_precision='int8' quantises the notebook's loop; engine={engine!r} serves the "
                          "merged folds: set one of them back (engine='loop' or predict_precision='auto')")
+    if engine != "loop" and load_in_4bit:  # the merge needs the base's own weights, not NF4's rounding of them
+        raise ValueError(f"engine={engine!r} serves each fold merged into its base, and load_in_4bit=True holds the "
+                         "base in 4 bits: predict with engine='loop', or train on the 16-bit base to serve it")
 
 
 def _finished(manager, fold) -> None:
