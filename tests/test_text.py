@@ -529,14 +529,14 @@ def test_the_llm_engine_predicts_the_answer_token_folds_as_the_notebooks_own_loo
 
 @pytest.mark.parametrize("template", ["{text}", PROMPT])
 def test_an_llm_engine_given_the_prompts_reads_the_ids_the_notebooks_loop_reads(models, template):
-    """``TokenizedTexts.prompts`` tokenized again, as an LLM engine does for itself, are the loop's ids for all three
-    stand-ins' tokenizers: texts only the tokenizer's truncation cut (``{text}``) are cut as strings too."""
+    """``kk.prompts.as_read``'s prompts tokenized again, as an LLM engine does for itself, are the loop's ids for all
+    three stand-ins' tokenizers: texts only the tokenizer's truncation cut (``{text}``) are cut as strings too."""
     texts = [" ".join([t] * 4) for t, _ in textsets.texts(200, seed=2)]  # every one past max_length
     for arch in ("bert", "llama", "qwen"):
         tokenizer = kk.text.load_tokenizer(models[arch])
         data = kk.text.TokenizedTexts(tokenizer, texts, 24, template=template)
         assert all(len(ids) == 24 for ids in data.ids)
-        assert tokenizer(data.prompts)["input_ids"] == data.ids, arch
+        assert tokenizer(kk.prompts.as_read(tokenizer, data))["input_ids"] == data.ids, arch
 
 
 @pytest.mark.parametrize("options, says", [

@@ -40,7 +40,7 @@ class TokenizedTexts(Dataset):
     ``template``: each text put into a prompt (``"Post: {text}\nBreaks the rule? Answer:"``);
     a text too long is cut inside the prompt, so its question (what the answer-token head reads
     after) always stays whole at the end. Its other fields (``{rule}``) are filled from ``fields``,
-    a dict per text (``TextCompetition.fields``), and kept whole. ``prompts``: the texts cut as the ids are."""
+    a dict per text (``TextCompetition.fields``), and kept whole. ``texts``: the prompts before tokenizing."""
 
     def __init__(self, tokenizer, texts, max_length: int, labels=None, template: str = "{text}",
                  fields: list[dict] | None = None):
@@ -50,7 +50,7 @@ class TokenizedTexts(Dataset):
             texts = prompts.fit_into(tokenizer, texts, template, max_length, fields)
         self.ids = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"] if texts else []
         self.labels = None if labels is None else [int(v) for v in labels]
-        self.prompts = prompts.as_read(tokenizer, texts, self.ids, template, max_length)  # what an LLM engine reads
+        self.texts, self.cut = texts, (template, max_length)  # what an LLM engine is given: prompts.as_read
 
     @property
     def lengths(self) -> list[int]:
@@ -70,7 +70,7 @@ class TokenizedTexts(Dataset):
         out = TokenizedTexts.__new__(TokenizedTexts)
         out.ids = [self.ids[i] for i in rows]
         out.labels = None if self.labels is None else [self.labels[i] for i in rows]
-        out.prompts = [self.prompts[i] for i in rows]
+        out.texts, out.cut = [self.texts[i] for i in rows], self.cut
         return out
 
     def joined(self, other: TokenizedTexts) -> TokenizedTexts:
@@ -79,7 +79,7 @@ class TokenizedTexts(Dataset):
             raise ValueError("joined: labelled and unlabelled texts cannot train together")
         out = self.subset(range(len(self)))
         out.ids = out.ids + other.ids
-        out.prompts = out.prompts + other.prompts
+        out.texts = out.texts + other.texts
         out.labels = None if out.labels is None else out.labels + list(other.labels or [])
         return out
 

@@ -45,10 +45,11 @@ def fit_into(tokenizer, texts: list[str], template: str, max_length: int, fields
     return [p.replace("{text}", t) for p, t in zip(prompts, cut)]
 
 
-def as_read(tokenizer, texts: list[str], ids: list, template: str, max_length: int) -> list[str]:
-    """The prompts ``texts`` (already fitted into ``template``) as their ``ids`` read them: a text that only
-    the tokenizer's truncation cut (``template`` is ``{text}``) cut as a string too, for an engine that
-    tokenizes for itself (an LLM engine)."""
-    if template != "{text}" or all(len(i) < max_length for i in ids):
-        return texts
-    return fit_into(tokenizer, texts, template, max_length)
+def as_read(tokenizer, data) -> list[str]:
+    """The prompts of ``data`` (``TokenizedTexts``) as its ids read them, for an engine that tokenizes for
+    itself (an LLM engine): a text that only the tokenizer's truncation cut (template ``{text}``) is cut as a
+    string too. Asked for, not made with every dataset: only the engine's test texts need it."""
+    template, max_length = data.cut
+    if template != "{text}" or all(len(i) < max_length for i in data.ids):
+        return data.texts
+    return fit_into(tokenizer, data.texts, template, max_length)
