@@ -37,7 +37,7 @@ BUDGET_S = 480  # a lent card's 15 minutes hold its start, the bundle's install,
 # 21 s, nccl 20-52 s, resume 30-49 s, oom 31 s, gpu_tests 17-34 s, lora 38 s; optimisations never
 # ran on a card: its own deadline names what it had no time for); they sum to BUDGET_S.
 CHECKS = (("precision", 55), ("graphs", 30), ("optimisations", 60), ("nccl", 55), ("resume", 55), ("oom", 40),
-          ("gpu_tests", 35), ("lora", 45), ("batchsize", 35), ("notebooks", 70))
+          ("gpu_tests", 30), ("lora", 50), ("batchsize", 35), ("notebooks", 70))
 EXTRAS = (("plumbing", 45), ("timm_backbone", 120))  # passed on a card already: --only names them
 CANNOT = ("two NCCL ranks and cuda:1 (one card)", "the T4's own speed and numerics",
           "PCIe between two cards", "Kaggle's 4 vCPUs and 29 GB host memory")
@@ -99,7 +99,11 @@ def main() -> int:
     out = Path(args.out or tempfile.mkdtemp(prefix="gpu-check-"))
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpu-check-site-") as target:
-        return check(args, out, Path(target))
+        try:
+            return check(args, out, Path(target))
+        except setup.BundleError as err:  # the one line that says what to run, not a traceback
+            print(f"gpu-check: {err}", file=sys.stderr)
+            return 2
 
 
 def check(args, out: Path, target: Path) -> int:

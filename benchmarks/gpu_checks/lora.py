@@ -2,12 +2,15 @@
 its answer tokens), the frozen base in fp16 and fp16 with the GradScaler (as on a T4): no
 "Attempting to unscale FP16 gradients" (adapters and head train in fp32); then a NaN loss
 injected: the fit rolls back and goes on in fp32, the fp16 base's hidden states still meeting the
-fp32 head."""
+fp32 head. Last, the answer-token model as the text notebook's ``engine=hf`` serves it on a T4:
+merged into its fp16 base in place, saved in fp16, its probabilities from the engine
+against the notebook's own loop under fp16 autocast (both fp16: the CPU's check compared fp32)."""
 from __future__ import annotations
 
 import os
 import tempfile
 import warnings
+from pathlib import Path
 
 from common import card, main
 
@@ -36,7 +39,25 @@ def _fit(model_dir, nan_at: int | None, head: str = "sequence"):
     result = kk.fit(model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-4), loader,
                     loss_fn, run=kk.Alone(device=card()), epochs=1, max_steps=24, progress=False,
                     monitor=kk.Monitor(gpu=False))
-    return result
+    return result, (model, tokenizer, texts, answers)
+
+
+def engine_against_loop(model, tokenizer, texts, answers, device, root) -> dict:
+    """The largest difference in a probability between the notebook's loop (autocast to the card's
+    16 bits) and the hf engine serving the fold merged as ``kk.testpredict.export_fold`` saves it."""
+    import numpy as np
+    import torch
+
+    import kagglekit as kk
+    from kagglekit.llm import hfbackend, llmexport
+    autocast = kk.precision.resolve("auto", device).autocast()
+    loop = kk.text.predict_proba(model, texts, kk.text.collator(tokenizer), 32, device, autocast)
+    dtype = kk.testpredict.engine_dtype()
+    merged = llmexport.save_fp16(llmexport.merge_lora(model.lm.cpu(), dtype), tokenizer, f"{root}/merged", dtype)
+    engine = hfbackend.answer_probs(hfbackend.load(merged, device), kk.prompts.as_read(tokenizer, texts), answers, 32)
+    return {"largest_diff": float(np.abs(engine - loop).max()), "dtype": str(dtype), "rows": len(loop),
+            "merged_bytes": sum(f.stat().st_size for f in Path(merged).glob("*.safetensors")),
+            "cuda": torch.cuda.is_available()}
 
 
 def check():
@@ -49,14 +70,16 @@ def check():
         for head in ("sequence", "answer_token"):
             with warnings.catch_warnings(record=True) as seen:
                 warnings.simplefilter("always")
-                clean = _fit(model_dir, None, head)
+                clean, trained = _fit(model_dir, None, head)
             unscale = [str(w.message) for w in seen if "unscale FP16" in str(w.message)]
-            fallen = _fit(model_dir, 5, head)
+            fallen, _ = _fit(model_dir, 5, head)
             facts[head] = {"precision": clean.precision, "unscale_warnings": unscale,
                            "nan_run_precision": fallen.precision, "precision_events": fallen.precision_events,
                            "steps": [clean.steps, fallen.steps]}
             ok = ok and clean.precision == "fp16" and not unscale and fallen.precision == "fp32" \
                 and bool(fallen.precision_events)
+        facts["engine_hf_vs_loop"] = engine_against_loop(*trained, card(), root)  # the answer-token head's
+        ok = ok and facts["engine_hf_vs_loop"]["largest_diff"] < 1e-2  # fp16 both: 5e-4 on the CPU (fp16 vs fp32)
     return bool(ok), facts
 
 

@@ -13,6 +13,8 @@ tokens/s (metrics.json ``llm_<name>``) that a scoring rerun's plan is judged by.
 """
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -88,16 +90,16 @@ class Inferred:
 class _ShardJob:
     """One shard on one engine (travels to its worker by value; the model loads there once)."""
 
-    def __init__(self, model_dir: Path, task: Task, prompts: list[str], tokens: int, batch_size: int,
-                 backend: str = "hf"):
-        self.model_dir, self.task, self.prompts = model_dir, task, prompts
+    def __init__(self, model_dir: Path | Callable[[], Path], task: Task, prompts: list[str], tokens: int,
+                 batch_size: int, backend: str = "hf"):
+        self.model_dir, self.task, self.prompts = model_dir, task, prompts  # a folder, or what makes it (here)
         self.tokens, self.batch_size, self.backend = tokens, batch_size, backend
 
     def __call__(self, threads: int) -> dict:
         import torch
         torch.set_num_threads(threads)
-        return run_task(engine(self.model_dir, self.backend), self.task, self.prompts, self.batch_size,
-                        self.backend)
+        folder = self.model_dir() if callable(self.model_dir) else self.model_dir
+        return run_task(engine(folder, self.backend), self.task, self.prompts, self.batch_size, self.backend)
 
 
 def _module(backend: str):
@@ -138,27 +140,37 @@ def choose(backend: str) -> tuple[str, str]:
     return backend, "asked for"
 
 
-def infer(run, name: str, model_dir: Path | str, prompts: list[str], task: Task, *, batch_size: int = 16,
-          shards_per_engine: int = 8, workers: int | None = None, backend: str = "hf") -> Inferred:
+def infer(run, name: str, model_dir: Path | str | Callable[[], Path], prompts: list[str], task: Task, *,
+          batch_size: int = 16, shards_per_engine: int = 8, workers: int | None = None, backend: str = "hf",
+          identity: dict | None = None, tokenizer=None) -> Inferred:
     """``task`` over every prompt (see the module): the outputs of the shards done, in prompt order.
-    ``backend``: "hf", "vllm" or "auto" (vLLM where its environment is found; the choice said)."""
+    ``backend``: "hf", "vllm" or "auto" (vLLM where its environment is found; the choice said).
+    ``model_dir`` a function: the folder is made only when a shard is left to compute (a fold's
+    merged model, written at its size, is not made again for shards a killed version finished);
+    then ``identity`` names the model it will make and ``tokenizer`` is its tokenizer."""
     backend, why = choose(backend)
     if run.is_main:
         print(f"kagglekit llm: {name}: the {backend} backend ({why})", flush=True)
-    model_dir = Path(model_dir)
-    from transformers import AutoTokenizer
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    if callable(model_dir) and (identity is None or tokenizer is None):
+        raise TypeError(f"infer({name!r}): a model_dir made on demand needs identity= and tokenizer=")
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained(Path(model_dir), local_files_only=True)  # type: ignore[arg-type]
     sizes = hfbackend.lengths(tokenizer, prompts)
     engines = workers or workpool.processes()
     shards = llmshards.for_engines(sizes, engines, shards_per_engine)
-    identity = {"model": base_identity(model_dir), "task": asdict(task), "backend": backend}
+    model = identity or base_identity(model_dir)  # type: ignore[arg-type]  # a model made on demand came with identity=
+    identity = {"model": model, "task": asdict(task), "backend": backend}
     module = _module(backend)
-    jobs = []
-    for shard in shards:
-        texts = [prompts[i] for i in shard.rows]
-        unit = run.unit(f"{name}-shard{shard.index}", config=identity, data=texts,
-                        code=[run_task, module.answer_probs, module.generate, module.load])
-        jobs.append((unit, _ShardJob(model_dir, task, texts, shard.tokens, batch_size, backend)))
+    texts = [[prompts[i] for i in shard.rows] for shard in shards]
+    units = [run.unit(f"{name}-shard{shard.index}", config=identity, data=shard_texts,
+                      code=[run_task, module.answer_probs, module.generate, module.load])
+             for shard, shard_texts in zip(shards, texts)]
+    if callable(model_dir):  # made before the workers if a shard is left; else only if a stored one is unreadable
+        make = functools.cache(model_dir)
+        model_dir = make() if any(not unit.done for unit in units) else make
+    jobs = [(unit, _ShardJob(model_dir if callable(model_dir) else Path(model_dir), task, shard_texts, shard.tokens,
+                             batch_size, backend)) for unit, shard, shard_texts in zip(units, shards, texts)]
     results = workpool.share(run, jobs, workers=engines, size=lambda unit, job: job.tokens)
     return _assemble(run, name, task, shards, jobs, results, engines)
 

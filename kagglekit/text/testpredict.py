@@ -5,18 +5,20 @@ predicts with it on every GPU: any head, the training's own code path.
 
 A decoder read through its answer tokens (``text.answerhead``) is what Kaggle's inference kernels
 serve with vLLM (Jigsaw 2025's did). ``through_engine`` hands it to ``kk.llmengine``: each fold's
-finished adapters merged into the base (in fp32 on the CPU: exact), saved as a plain transformers
-folder in the run's scratch (a 7B fold is 14 GB: one fold on the disk at a time) in the dtype the
-engine computes in: fp16 where there is a GPU (a T4's), fp32 on a CPU (rounded to fp16, a random
-Llama's LoRA trained at lr 1e-2 moved a probability by 0.05 on 2026-12-07),
-and the engine reads that folder, one engine per GPU, the prompts sharded by tokens, each shard a
-unit (a killed version resumes at its shard; a shard's key names the backend and the merged
-weights' hashes, so a fold trained again is predicted again). The probabilities are the next
-token's over the class tokens alone, the head's own softmax: on the same prompts and a CPU they
-equal the loop's within 1e-4 (tests/test_text.py, tests/test_vllm.py).
+finished adapters merged into the base on the CPU (each update in fp32, added into the 16-bit
+base in place, rounded once), saved as a plain transformers folder in the run's scratch (a 7B fold is 14 GB: one fold on
+the disk at a time) in the dtype the engine computes in: fp16 where there is a GPU (a T4's), fp32
+on a CPU (rounded to fp16, a random Llama's LoRA trained at lr 1e-2 moved a probability by 0.05 on
+2026-12-07), and the engine reads that folder, one engine per GPU, the prompts sharded by tokens,
+each shard a unit. A killed version resumes at its shard, and a fold whose shards are all done is
+not merged again: a shard's key names the backend, the merge's code and dtype, and the fold's own
+unit key (every input of its training), so a fold of other parameters or data is predicted anew.
+The probabilities are the next token's over the class tokens alone, the head's own softmax: on the
+same prompts and a CPU they equal the loop's within 1e-4 (tests/test_text.py, tests/test_vllm.py).
 """
 from __future__ import annotations
 
+import functools
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +28,7 @@ import torch
 
 from ..llm import llmengine, llmexport
 from ..machine.budget import Unfinished
+from ..state import keys
 
 ENGINES = ("loop", "hf", "vllm", "auto")
 
@@ -63,27 +66,35 @@ def fold_by_fold(model, folds, checkpoints: Callable, predict: Callable) -> list
     return out
 
 
+def engine_dtype() -> torch.dtype:
+    """What the engine computes in, so what a fold is saved in: fp16 on a GPU (a T4's), fp32 on a CPU."""
+    return torch.float16 if torch.cuda.is_available() else torch.float32
+
+
 def export_fold(model, manager, tokenizer, folder: Path, fold) -> Path:
     """``fold``'s best adapters restored onto ``model`` (an answer-token classifier) and merged into its
-    base on the CPU, saved with ``tokenizer`` as a causal LM folder the engines load: in fp16 for a GPU's
-    engine, in fp32 for a CPU's."""
+    base on the CPU, saved with ``tokenizer`` as a causal LM folder the engines load, in ``engine_dtype``
+    (merged into a 16-bit base in place: no fp32 copy of the whole model)."""
     _finished(manager, fold)
     manager.restore_best(model)
-    lm = model.lm.cpu()
-    merged = llmexport.merge_lora(lm) if hasattr(lm, "merge_and_unload") else lm  # lora_r 0: the whole model
-    dtype = torch.float16 if torch.cuda.is_available() else torch.float32  # what the engine will compute in
+    lm, dtype = model.lm.cpu(), engine_dtype()
+    merged = llmexport.merge_lora(lm, dtype) if hasattr(lm, "merge_and_unload") else lm  # lora_r 0: the whole model
     return llmexport.save_fp16(merged, tokenizer, folder, dtype)
 
 
 def through_engine(run, folds, export: Callable[[object, Path], Path], prompts: list[str], answer_ids: list[int],
-                   engine: str) -> np.ndarray:
+                   engine: str, tokenizer) -> np.ndarray:
     """The mean over ``folds`` of the engine's answer-token probabilities of ``prompts`` (``export(fold,
-    folder)`` writes fold's merged model there). Shards the session's deadline left: ``Unfinished``."""
+    folder)`` writes fold's merged model there, only when one of its shards is left to compute: each
+    shard is named by the fold's training, its key, and the merge's code and dtype). Shards the
+    session's deadline left: ``Unfinished``."""
+    merge = {"code": keys.code_digest([export_fold, llmexport.merge_lora]), "dtype": str(engine_dtype())}
     probs = []
     for fold in folds:
-        folder = export(fold, run.scratch(f"merged-{fold.name}"))
-        got = llmengine.infer(run, f"test-{fold.name}", folder, prompts, llmengine.Task.answers(answer_ids),
-                              backend=engine)
+        folder = run.scratch(f"merged-{fold.name}")
+        got = llmengine.infer(run, f"test-{fold.name}", functools.partial(export, fold, folder), prompts,
+                              llmengine.Task.answers(answer_ids), backend=engine,
+                              identity={"fold": fold.unit.key, "merge": merge}, tokenizer=tokenizer)
         shutil.rmtree(folder, ignore_errors=True)
         if not got.complete:
             raise Unfinished(f"{fold.name}: {len(got.pending)} shards of the test texts left at the session's "
