@@ -31,6 +31,7 @@ def cuda_here() -> bool:
 
 
 _CHECKOUT = pytest.StashKey[set]()
+_RUNNING = pytest.StashKey[set]()
 _TEMP = pytest.StashKey[set]()
 TEMP_LEAK_LIMIT = 50 * 2**20  # the kit's own caches of built-in data there are a few MB in all
 TEMP_NEEDED = 4 * 2**30  # the e2e tier's peak there: 2.6 GB (2026-12-07, three workers, each test's kernels
@@ -45,6 +46,23 @@ def _new_files() -> set[str]:
     return {line[3:] for line in out.splitlines() if line[:2] in ("??", "!!")
             and not line[3:].startswith((".venv/", ".sandbox/", ".pytest_cache/"))  # pytest's own
             and "__pycache__" not in line}
+
+
+def _users_runs() -> set[str]:
+    """The checkout's run folders a live ``make run`` is writing (status "running", its process
+    alive): the user's, not a test's, so what they add is not the suite's."""
+    import json
+    import socket
+    folders = set()
+    for status in REPO.glob("runs/*/*/status.json"):
+        try:
+            said = json.loads(status.read_text())
+            os.kill(int(said["pid"]), 0)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if said.get("status") == "running" and said.get("host") == socket.gethostname():
+            folders.add(f"{status.parent.relative_to(REPO)}/")
+    return folders
 
 
 SUITE_TEMP = "KAGGLEKIT_SUITE_TEMP"  # the suite's own temp folder, made by the controller, inherited by all
@@ -101,6 +119,7 @@ def pytest_sessionstart(session):
     if not hasattr(session.config, "workerinput"):  # the controller, once per run
         _enough_temp_space()
         session.config.stash[_CHECKOUT] = _new_files()
+        session.config.stash[_RUNNING] = _users_runs()
         session.config.stash[_TEMP] = _temp_entries()
 
 
@@ -129,7 +148,8 @@ def pytest_sessionfinish(session, exitstatus):
     before = session.config.stash.get(_CHECKOUT, None)
     if before is None:
         return
-    added = sorted(_new_files() - before)
+    users = session.config.stash[_RUNNING] | _users_runs()
+    added = sorted(p for p in _new_files() - before if not p.startswith(tuple(users)))
     if added:
         print(f"\nthe tests wrote into the checkout: {added[:10]}", file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -100,6 +100,10 @@ def test_a_failed_rerun_of_a_good_configuration_keeps_its_executed_notebook(tmp_
     assert (folder / "quickstart.failed.ipynb").exists()
     status = json.loads((folder / "status.json").read_text())
     assert status["status"] == "failed" and "PrecisionError" in status["error"]
+    assert _run(out, "smoke=True").returncode == 0  # good again: the failure is set aside, not left beside "ok"
+    assert not {"error.log", "quickstart.failed.ipynb"} & {p.name for p in folder.iterdir()}
+    [kept] = (folder / "failed-before").iterdir()
+    assert "PrecisionError" in (kept / "error.log").read_text() and (kept / "quickstart.failed.ipynb").exists()
 
 
 def test_make_runs_shows_kaggle_versions_beside_local_runs_with_cv_public_score_and_params(tmp_path):

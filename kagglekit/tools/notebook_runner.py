@@ -116,6 +116,9 @@ def run_notebook(notebook: Path | str, params: dict | None = None, *,
                                 error="killed by SIGTERM" if killed else one_line(err))
         raise
     runfolders.write_status(out, "ok")
+    kept = runfolders.set_aside_failure(out, notebook.stem)
+    if kept:
+        print(f"  an earlier attempt's failure (error.log, its notebook) moved to {kept}", flush=True)
     if history:
         runfolders.mark_latest(out)
     return out

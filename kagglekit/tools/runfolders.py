@@ -53,6 +53,21 @@ def write_status(folder: Path, status: str, **facts) -> None:
     atomic.write_json(path, {**previous, "status": status, "time": time.time(), **facts})
 
 
+def set_aside_failure(folder: Path, stem: str) -> Path | None:
+    """After a good run: an earlier attempt's ``error.log`` and ``<stem>.failed.ipynb`` moved into
+    ``failed-before/<when it failed>/``, kept, so the folder's own files are all this run's (a
+    stale failed notebook beside status "ok" reads as this run's failure)."""
+    stale = [p for p in (folder / "error.log", folder / f"{stem}.failed.ipynb") if p.exists()]
+    if not stale:
+        return None
+    when = time.strftime("%Y%m%d-%H%M%S", time.localtime(max(p.stat().st_mtime for p in stale)))
+    kept = folder / "failed-before" / when
+    kept.mkdir(parents=True, exist_ok=True)
+    for path in stale:
+        os.replace(path, kept / path.name)
+    return kept
+
+
 def shown_status(status: dict) -> str:
     """The status a person should see: a "running" run whose process is gone was killed (SIGKILL,
     a closed terminal, a machine that went down) and says so, not "running" forever."""
