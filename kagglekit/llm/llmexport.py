@@ -6,10 +6,13 @@ A T4 computes in fp16, whose largest value is 65504: a model trained or merged i
 hold activations past it (outlier features in the residual stream of larger LMs), which turn to
 inf on the T4 and NaN after the next norm, while the A100 that trained it saw nothing wrong.
 ``overflow_scan`` runs the model in fp32 on the unit's own prompts and reports each module's
-largest output against fp16's range, so a model that would overflow is caught before a rerun.
+largest output against fp16's range, so a model that would overflow is caught before a rerun: the
+merged fp16 model itself, each layer lent fp32 weights for its own forward (``in_fp32``), so the
+scan needs no fp32 copy of the model.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +21,9 @@ import torch
 from ..state import atomic
 
 FP16_MAX = float(torch.finfo(torch.float16).max)  # 65504
+# safetensors copies a shard into memory to write it, and transformers' default shard is 50 GB: a
+# 7B model saved whole would need its 14 GB twice over, past a Kaggle kernel's 29 GB
+SHARD_SIZE = "2GB"
 
 
 def merge_lora(model, dtype: torch.dtype | None = None) -> torch.nn.Module:
@@ -59,10 +65,11 @@ def merge_folds(model, adapters: list[str], weights: list[float] | None = None) 
 
 def save_fp16(model, tokenizer, folder: Path | str, dtype: torch.dtype = torch.float16) -> Path:
     """The model in fp16 (or ``dtype``) and its tokenizer as a transformers folder (config.json,
-    model.safetensors: what a Kaggle Model version holds), written whole or not at all."""
+    safetensors shards of at most ``SHARD_SIZE``: what a Kaggle Model version holds), written
+    whole or not at all."""
     folder = Path(folder)
     with atomic.atomic_folder(folder) as partial:
-        model.to(dtype).save_pretrained(partial)
+        model.to(dtype).save_pretrained(partial, max_shard_size=SHARD_SIZE)
         tokenizer.save_pretrained(partial)
     return folder
 
@@ -85,10 +92,10 @@ class OverflowReport:
                 + f" (fp16 holds {FP16_MAX:g}): run these in fp32 or scale them down before a T4 rerun")
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: the weights it lends back must stay usable for training
 def overflow_scan(model, batches, margin: float = 0.25) -> OverflowReport:
-    """Each module's largest |output| over ``batches`` (dicts of the model's inputs), the model
-    run in fp32."""
+    """Each module's largest |output| over ``batches`` (dicts of the model's inputs), computed in
+    fp32 whatever the weights are held in (``in_fp32``): a 16-bit model is scanned as saved."""
     report, hooks = OverflowReport(margin=margin), []
 
     def watch(name):
@@ -101,10 +108,48 @@ def overflow_scan(model, batches, margin: float = 0.25) -> OverflowReport:
         if name:
             hooks.append(module.register_forward_hook(watch(name)))
     try:
-        model.float().eval()
-        for batch in batches:
-            model(**batch)
+        model.eval()
+        with in_fp32(model):
+            for batch in batches:
+                model(**batch)
     finally:
         for h in hooks:
             h.remove()
     return report
+
+
+@contextlib.contextmanager
+def in_fp32(model):
+    """``model`` computes in fp32 while its weights stay in their own type: each module's own
+    floating parameters and buffers are lent an fp32 copy for its forward and given back after it,
+    so one layer's fp32 copy is alive at a time (a 7B fp16 model scanned in its 14 GB, not 28)."""
+    lent: dict[int, list] = {}
+
+    def lend(module, args, kwargs):
+        tensors = [t for t in (*module.parameters(recurse=False), *module.buffers(recurse=False))
+                   if t.is_floating_point() and t.dtype != torch.float32]
+        lent[id(module)] = [(t, t.data) for t in tensors]
+        for t in tensors:
+            t.data = t.data.float()
+        # an input the model cast to its weights' type (T5's ``.to(self.wo.weight.dtype)``) computes in fp32 too
+        return tuple(map(_fp32, args)), {k: _fp32(v) for k, v in kwargs.items()}
+
+    def give_back(module, _inputs, _output):
+        for t, own in lent.pop(id(module), []):
+            t.data = own  # the very tensor it held: nothing rounded twice
+    owners = [m for m in model.modules() if next(m.parameters(recurse=False), None) is not None
+              or next(m.buffers(recurse=False), None) is not None]
+    hooks = [h for m in owners
+             for h in (m.register_forward_pre_hook(lend, with_kwargs=True), m.register_forward_hook(give_back))]
+    try:
+        yield model
+    finally:
+        for h in hooks:
+            h.remove()
+        for pairs in lent.values():  # a forward that raised midway
+            for t, own in pairs:
+                t.data = own
+
+
+def _fp32(value):
+    return value.float() if isinstance(value, torch.Tensor) and value.is_floating_point() else value
