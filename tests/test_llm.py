@@ -412,11 +412,15 @@ def test_fold_adapters_merged_as_one_compute_the_mean_of_their_updates(llama):
     soups = [_merged_copy(model, fold) for fold in ("fold0", "fold1")]
     averaged = AutoModelForCausalLM.from_pretrained(llama, dtype=torch.float32).eval()
     averaged.load_state_dict({k: (soups[0][k] + soups[1][k]) / 2 for k in soups[0]})
+    half = copy.deepcopy(model)
     merged = llmexport.merge_folds(model, ["fold0", "fold1"])
     with torch.inference_mode():
         diff = max((merged(**i).logits - averaged(**i).logits).abs().max().item() for i in inputs)
     print(f"two folds' adapters merged against their averaged merged weights: largest difference {diff:.2e}")
     assert diff < 1e-5
+    rounded = {k: v.half() for k, v in merged.state_dict().items()}  # into an fp16 base: the fp32 merge rounded once
+    assert all(torch.equal(v, rounded[k]) for k, v in
+               llmexport.merge_folds(half, ["fold0", "fold1"], dtype=torch.float16).state_dict().items())
     with pytest.raises(ValueError, match="two or more"):
         llmexport.merge_folds(model, ["fold0"])
 

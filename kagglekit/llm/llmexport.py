@@ -30,25 +30,28 @@ def merge_lora(model, dtype: torch.dtype | None = None) -> torch.nn.Module:
     """``model`` (a peft model) with its adapters folded into the base weights, in fp32: the
     merged model computes what the adapted one did (PEFT's ``merge_and_unload``).
 
-    ``dtype``: the merged model in that type instead, the base cast to it first (a T4's fp16 base
-    already is). Each update is computed from fp32 adapters and PEFT adds it into the base weight in
-    place, in fp32, rounded once: equal to the fp32 merge cast to ``dtype``, with one layer's update
-    alive at a time. A 7B base held in fp16 merges in its 14 GB, where the whole model in fp32 needs
+    ``dtype``: the merged model in that type instead, a 16-bit base cast to it first (a T4's fp16
+    base already is; an fp32 base merges in fp32 and is cast after). Each update is computed from
+    fp32 adapters and PEFT adds it into the base weight in place, in fp32, rounded once: equal to
+    the fp32 merge cast to ``dtype``, with one layer's update alive at a time. A 7B base held in
+    fp16 merges in its 14 GB, where the whole model in fp32 needs
     28 GB (a Kaggle kernel has 29)."""
     if not hasattr(model, "merge_and_unload"):
         raise TypeError(f"{type(model).__name__} has no LoRA adapters to merge (a peft model has)")
     if dtype is None or dtype == torch.float32:
         return model.float().merge_and_unload()
     for name, p in model.named_parameters():  # the adapters (a few MB) in fp32: their update is not rounded first
-        p.data = p.data.float() if "lora_" in name else p.data.to(dtype)
+        if "lora_" in name or p.dtype != torch.float32:  # an fp32 base merges in fp32, rounded after: once too
+            p.data = p.data.float() if "lora_" in name else p.data.to(dtype)
     return model.merge_and_unload().to(dtype)  # what is not a parameter (buffers) in dtype too
 
 
-def merge_folds(model, adapters: list[str], weights: list[float] | None = None) -> torch.nn.Module:
+def merge_folds(model, adapters: list[str], weights: list[float] | None = None,
+                dtype: torch.dtype | None = None) -> torch.nn.Module:
     """The LoRA adapters ``adapters`` of one base (a fold's each, loaded with ``load_adapter``)
     merged into it as one model: their updates summed with ``weights`` (default: the mean),
     exactly (PEFT's ``add_weighted_adapter`` with ``combination_type="cat"``: the ranks stacked,
-    nothing truncated), in fp32."""
+    nothing truncated), in fp32 or, as ``merge_lora``, into the base in ``dtype``."""
     weights = list(weights) if weights is not None else [1.0 / len(adapters)] * len(adapters)
     if len(weights) != len(adapters) or len(adapters) < 2:
         raise ValueError(f"merge_folds: {len(adapters)} adapters and {len(weights)} weights; two or more "
@@ -60,7 +63,7 @@ def merge_folds(model, adapters: list[str], weights: list[float] | None = None) 
     model.set_adapter("folds")
     for name in adapters:
         model.delete_adapter(name)
-    return merge_lora(model)
+    return merge_lora(model, dtype)
 
 
 def save_fp16(model, tokenizer, folder: Path | str, dtype: torch.dtype = torch.float16) -> Path:
