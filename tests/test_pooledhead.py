@@ -103,3 +103,20 @@ def test_lora_adapters_train_under_the_sentence_encoder_s_head_and_merge_for_int
     full = kk.text.predict_proba(model, texts, collate, 6, torch.device("cpu"))
     int8 = kk.text.predict_proba(model, texts, collate, 6, torch.device("cpu"), int8=True)
     assert np.abs(full - int8).max() < 0.05
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_fold_that_resumes_takes_its_head_from_its_checkpoint_not_from_a_new_probe(tmp_path, minilm):
+    """LP-FT's probe is a pass over every training text (minutes for a large encoder on Kaggle's
+    data): a fold that goes on from its checkpoint (here: epochs 1 -> 2) starts from the head saved
+    there, so the notebook fits no probe for it; a fresh fold fits one."""
+    from kagglekit.tools.notebook_runner import run_notebook
+    params = {"model_dir": str(minilm), "folds": 2, "train_texts": 80, "test_texts": 20, "max_length": 32}
+    said = []
+    for epochs in (1, 2):
+        out = run_notebook(Path(__file__).parents[1] / "notebooks" / "text_classification.ipynb",
+                           {**params, "epochs": epochs}, output_root=tmp_path, progress=False)
+        executed = (out / "text_classification.ipynb").read_text()
+        said.append((executed.count("texts (LP-FT): training accuracy"), executed.count("resumed from")))
+    assert said == [(2, 0), (0, 2)], said  # (probes fitted, folds resumed) in each run

@@ -82,6 +82,17 @@ def test_one_folds_cache_entry_checkpoint_folder_and_study_carry_one_key(tmp_pat
     assert key_of(_start(tmp_path / "out", time_budget_s=60.0)) == key
 
 
+def test_a_unit_resumes_once_its_fit_saved_a_checkpoint_and_never_under_force_retrain(tmp_path):
+    run = _start(tmp_path / "out")
+    unit = run.unit("net", config=run.config, data=[X, Y], code=[Net, _train])
+    assert not unit.resumes()  # nothing saved: a fit starts from the weights it is given
+    _train(run, unit, np.arange(40))
+    assert unit.resumes()
+    assert not _start(tmp_path / "out", force_retrain=True).unit("net", config=run.config, data=[X, Y],
+                                                                code=[Net, _train]).resumes()
+    assert not run.unit("net", config=run.config, data=[X + 1, Y], code=[Net, _train]).resumes()  # other data
+
+
 def test_a_unit_cut_short_raises_unfinished_stores_nothing_and_the_next_session_finishes_it(tmp_path):
     run = _start(tmp_path / "out", epochs=3)
     unit = run.unit("net", config=run.config, data=[X, Y], code=[Net, _train])

@@ -13,6 +13,7 @@ scan needs no fp32 copy of the model.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,7 +123,7 @@ def overflow_scan(model, batches, margin: float = 0.25) -> OverflowReport:
 
 
 @contextlib.contextmanager
-def in_fp32(model):
+def in_fp32(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     """``model`` computes in fp32 while its weights stay in their own type: each module's own
     floating parameters and buffers are lent an fp32 copy for its forward and given back after it,
     so one layer's fp32 copy is alive at a time (a 7B fp16 model scanned in its 14 GB, not 28)."""

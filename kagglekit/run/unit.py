@@ -57,8 +57,9 @@ class RunOfAUnit(Protocol):
     output_dir: Path
     chain: dict
     metrics: dict
-    cache: Any  # Run's cache and precision are properties: read, never set
+    cache: Any  # Run's cache, precision and resume are properties: read, never set
     precision: Any
+    resume: bool
 
     def budget(self) -> Any: ...
 
@@ -207,6 +208,12 @@ class Unit:
                                     save_frozen=save_frozen, save_every_min=every)
         bare = Identity(keys.without(self.config, self.run.run_control), self.fingerprint, unit=self.key)
         return manager.bind(manager.identity_for(None, model) if model is not None else bare)
+
+    def resumes(self) -> bool:
+        """A fit of this unit will go on from a checkpoint of it (here or in the inputs; never under
+        ``force_retrain``): the weights it starts from are that checkpoint's, so what only sets the
+        starting weights (a probe fitted as the first head, LP-FT) need not be computed again."""
+        return bool(self.run.resume and self.checkpoints().candidates())
 
     def carry(self) -> bool:
         """Its newest finished checkpoint copied from the inputs into this output, if it has
