@@ -59,6 +59,40 @@ def test_the_oof_score_is_scikit_learns_metric_on_the_concatenated_oof_predictio
     assert metrics["cv_m"]["scores"]["mean"]["mean"] == pytest.approx(np.mean(per_fold))
 
 
+def test_the_test_set_is_predicted_by_each_finished_fold_once_per_test_content(tmp_path):
+    """``cv.predict_test``: fold k's prediction of the test files, in a unit keyed by the folds
+    and the files' content: the same files are read back, new ones predicted, nothing trains."""
+    y = np.arange(20, dtype=float)
+    test_file = tmp_path / "test.csv"
+    test_file.write_text("id\na\nb\nc\n")
+    log = tmp_path / "calls"  # a file, not a list: a closure's values are part of the unit's key
+
+    def predict(fold):
+        with log.open("a") as f:
+            f.write(f"{fold.index}\n")
+        rows = len(test_file.read_text().split()) - 1
+        return {"mean": np.full(rows, float(np.mean(y[fold.train])))}
+
+    def run_cv():
+        run = _start(tmp_path / "out")
+        cv = kk.folds.CrossValidation(run, "m", KFold(2), n=20)
+        result = cv.run(lambda f: kk.folds.Predictions(oof={"mean": np.zeros(len(f.val))}), target=y,
+                        test_ids=[str(i) for i in range(len(test_file.read_text().split()) - 1)])
+        return cv, cv.predict_test(result, predict, data=[test_file])
+    calls = lambda: [int(k) for k in log.read_text().split()]  # noqa: E731
+    cv, result = run_cv()
+    assert calls() == [0, 1] and np.allclose(result.fold_test[0]["mean"], 14.5)  # fold 0 trained on rows 10-19
+    assert np.allclose(result.test["mean"], (14.5 + 4.5) / 2)
+    assert list(pd.read_parquet(tmp_path / "out" / "test.parquet")["mean"]) == [9.5] * 3
+    run_cv()
+    assert calls() == [0, 1]  # the same test files: read back
+    test_file.write_text("id\na\nb\nc\nd\n")
+    _, result = run_cv()
+    assert calls() == [0, 1, 0, 1] and len(result.test["mean"]) == 4  # other test files: predicted again
+    with pytest.raises(ValueError, match=r"names \['other'\], which the folds' OOF predictions lack"):
+        cv.predict_test(result, lambda fold: {"other": np.zeros(4)}, data=[test_file])
+
+
 def test_a_folds_record_holding_arrays_is_a_cache_hit_in_the_next_run(tmp_path):
     """A record may carry a fold model's arrays (its probabilities of an unlabelled pool, for the next round
     of students): they come back equal, and the next run trains nothing (a cache entry loads with

@@ -164,6 +164,38 @@ def test_the_notebook_on_a_two_class_folder_submits_a_checked_probability(tmp_pa
     assert submission["label"].nunique() > 2  # probabilities, not labels
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_scoring_rerun_s_hidden_test_is_predicted_by_the_trained_folds_without_training(tmp_path, monkeypatch):
+    """A fold's unit is keyed by the training images: in Kaggle's rerun (or after a competition's
+    test folder changed) the folds are hits, and their restored weights predict the new test set.
+    Before: each fold's cached test predictions were the old test's, and the notebook stopped on a
+    length mismatch (3,490 rows against 4,490)."""
+    import json
+    from pathlib import Path
+
+    from kagglekit.tools.notebook_runner import run_notebook
+    folder = imagesets.write_competition(tmp_path / "comp")
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "image_classification.ipynb"
+    out = tmp_path / "run"
+    run_notebook(notebook, {"smoke": True, "data_dir": str(folder)}, output_dir=out, progress=False)
+    before = pd.read_parquet(out / "test.parquet").set_index(["id", "step"])
+    sample = pd.read_csv(folder / "sample_submission.csv")
+    hidden = sample.iloc[::3]  # the hidden test: other images (a third of these), other rows
+    for image in set(sample["image_id"]) - set(hidden["image_id"]):
+        next((folder / "test_images").glob(f"{image}.*")).unlink()
+    hidden.to_csv(folder / "sample_submission.csv", index=False)
+    (folder / "solution.csv").unlink()
+    monkeypatch.setenv("KAGGLE_IS_COMPETITION_RERUN", "True")
+    run_notebook(notebook, {"smoke": True, "data_dir": str(folder)}, output_dir=out, progress=False)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {metrics["chain"][f"cache:images-fold{k}"] for k in (0, 1)} == {"hit"}  # nothing trained
+    assert metrics["chain"]["cache:images-test"] == "computed"
+    assert pd.read_csv(out / "submission.csv")["image_id"].tolist() == hidden["image_id"].tolist()
+    after = pd.read_parquet(out / "test.parquet").set_index(["id", "step"])
+    assert np.array_equal(after.to_numpy(), before.loc[after.index].to_numpy())  # the same folds' predictions
+
+
 @pytest.fixture(scope="module")
 def packaged_backbone(tmp_path_factory):
     from kagglekit.images import backbones

@@ -183,6 +183,12 @@ class CrossValidation:
         return CVResult(True, done, [], message, oof, test, scores, records,
                         {k: r.test for k, r in results.items()}, higher_is_better)
 
+    def predict_test(self, result: CVResult, predict: Callable[[Fold], dict], *, data) -> CVResult:
+        """The test set (``data``: its files) predicted by every finished fold apart from its training,
+        ``predict(fold)`` restoring its weights: a new test set trains nothing (``foldtest``)."""
+        from .foldtest import predict_test
+        return predict_test(self, result, predict, data)
+
     def add(self, result: CVResult, model: str, oof, test=None) -> None:
         """A prediction made from the folds' own (an ensemble whose weights were fitted on the
         OOF predictions) written beside theirs in oof.parquet / test.parquet: what a blend of
