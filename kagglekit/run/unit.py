@@ -34,9 +34,6 @@ stored under the old ``epochs``, is recomputed in place (``keys.shaping``).
 """
 from __future__ import annotations
 
-import functools
-import inspect
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +43,7 @@ from ..machine.budget import Unfinished
 from ..state import keys
 from ..state.checkpoint import CheckpointManager
 from ..state.identity import Identity
-from ..state.reads import Reads, made_at, trace
+from ..state.reads import Reads, handed_values, made_at, trace
 
 
 class RunOfAUnit(Protocol):
@@ -96,7 +93,7 @@ class Unit:
         the parameters ``code`` reads (every parameter without code), ``leave_out`` aside, and
         the values ``config`` hands it."""
         values, left = _values(name, config), _left_out(run, name, leave_out)
-        traced, handed = _trace(run, code), _handed(_functions(code))
+        traced, handed = _trace(run, code), handed_values(_functions(code))
         own = {p: run.config[p] for p in traced.parameters if p not in left}
         config = {**own, **({"handed": handed} if handed else {}), **values}
         version = code if not traced.functions else [*_listed(code), *traced.functions]
@@ -261,38 +258,6 @@ def _listed(code) -> list:
 def _functions(code) -> list:
     """What ``code`` names besides text: functions, classes, partials."""
     return [r for r in _listed(code) if not isinstance(r, str)]
-
-
-def _handed(roots: list) -> dict:
-    """The plain values (numbers, text, lists and dicts of them) the roots hold: their closures',
-    their defaults', a partial's arguments. Values handed to the unit (a model's defaults closed
-    over by its search's objective): in its key, where a parameter they came from is not found."""
-    found = {}
-    for root in roots:
-        function = root.func if isinstance(root, functools.partial) else keys.code_of(root)
-        if isinstance(root, functools.partial):
-            found[f"{getattr(function, '__qualname__', '?')}(partial)"] = [list(root.args), root.keywords]
-        if not inspect.isfunction(function):
-            continue
-        code, named = function.__code__, {}
-        for name, cell in zip(code.co_freevars, function.__closure__ or ()):
-            try:
-                named[name] = cell.cell_contents
-            except ValueError:  # a cell not assigned yet
-                pass
-        defaults = function.__defaults__ or ()
-        named.update(zip(code.co_varnames[code.co_argcount - len(defaults):code.co_argcount], defaults))
-        named.update(function.__kwdefaults__ or {})
-        found.update({f"{function.__qualname__}.{n}": v for n, v in named.items()})
-    return {name: value for name, value in found.items() if _plain(value)}
-
-
-def _plain(value) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def _qualnames(code) -> list[str]:

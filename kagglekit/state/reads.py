@@ -24,13 +24,18 @@ search's study does not depend on its own trial count through the value it is ab
 A parameter is left out of a unit's identity only by naming it with the reason
 (``run.unit(..., leave_out={"model_dir": "its identity is base_model"})``).
 
+``handed_values``: the plain values the functions hold (closures, defaults, a partial's
+arguments), keyed beside the parameters: a value handed to the work changes what it computes.
+
 The history is IPython's input (``In``) in a notebook, the module's source in a plain script.
 """
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import inspect
+import json
 import sys
 import textwrap
 import types
@@ -210,3 +215,35 @@ def _is_config(node: ast.AST, runs: set[str]) -> bool:
     """``<run>.config``: a model's or another object's ``config`` attribute is not the run's."""
     return (isinstance(node, ast.Attribute) and node.attr == "config" and isinstance(node.value, ast.Name)
             and node.value.id in runs)
+
+
+def handed_values(roots: list) -> dict:
+    """The plain values (numbers, text, lists and dicts of them) the roots hold: their closures',
+    their defaults', a partial's arguments. Values handed to the unit (a model's defaults closed
+    over by its search's objective): in its key, where a parameter they came from is not found."""
+    found = {}
+    for root in roots:
+        function = root.func if isinstance(root, functools.partial) else keys.code_of(root)
+        if isinstance(root, functools.partial):
+            found[f"{getattr(function, '__qualname__', '?')}(partial)"] = [list(root.args), root.keywords]
+        if not inspect.isfunction(function):
+            continue
+        code, named = function.__code__, {}
+        for name, cell in zip(code.co_freevars, function.__closure__ or ()):
+            try:
+                named[name] = cell.cell_contents
+            except ValueError:  # a cell not assigned yet
+                pass
+        defaults = function.__defaults__ or ()
+        named.update(zip(code.co_varnames[code.co_argcount - len(defaults):code.co_argcount], defaults))
+        named.update(function.__kwdefaults__ or {})
+        found.update({f"{function.__qualname__}.{n}": v for n, v in named.items()})
+    return {name: value for name, value in found.items() if _plain(value)}
+
+
+def _plain(value) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
