@@ -35,8 +35,7 @@ def merge_lora(model, dtype: torch.dtype | None = None) -> torch.nn.Module:
     base already is; an fp32 base merges in fp32 and is cast after). Each update is computed from
     fp32 adapters and PEFT adds it into the base weight in place, in fp32, rounded once: equal to
     the fp32 merge cast to ``dtype``, with one layer's update alive at a time. A 7B base held in
-    fp16 merges in its 14 GB, where the whole model in fp32 needs
-    28 GB (a Kaggle kernel has 29)."""
+    fp16 merges in its 14 GB, where the whole model in fp32 needs 28 GB (a Kaggle kernel has 29)."""
     if not hasattr(model, "merge_and_unload"):
         raise TypeError(f"{type(model).__name__} has no LoRA adapters to merge (a peft model has)")
     if dtype is None or dtype == torch.float32:
